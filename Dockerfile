@@ -1,0 +1,62 @@
+# One image for the api and the workers (the worker needs CUDA torch; the api is
+# lighter without it, but one image keeps their code and migrations in lockstep).
+#
+# Base: python:3.11-slim rather than nvidia/cuda. PyTorch's CUDA wheels bundle the
+# CUDA runtime, cuDNN and NCCL (as nvidia-* wheels), so a CUDA base image would only
+# add a second, unused copy of those libraries and a non-default Python; the host's
+# driver is mounted in by the NVIDIA Container Toolkit at run time.
+#
+# Build for another CUDA line or for CPU only:
+#   docker build --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 .
+#   docker build --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu .
+
+# --- stage 1: build the launchbay wheel, so no source tree lands in the image ---
+FROM python:3.11.14-slim-bookworm AS wheel
+
+WORKDIR /src
+COPY . .
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
+# --- stage 2: the runtime image ---
+FROM python:3.11.14-slim-bookworm
+
+# cu128 wheels need an NVIDIA driver that supports CUDA 12.8 (R570 or newer; older
+# R525+ drivers work through CUDA minor-version compatibility for most kernels).
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    LAUNCHBAY_DATA_DIR=/data
+
+# A fixed uid/gid so volumes and bind mounts can be chowned from the host.
+RUN groupadd --system --gid 10001 launchbay \
+    && useradd --system --uid 10001 --gid launchbay --create-home \
+        --home-dir /home/launchbay --shell /usr/sbin/nologin launchbay \
+    && install -d -o launchbay -g launchbay -m 0750 /data
+
+# torch first, from its own index and in its own layer: it is most of the image and
+# changes least often. The lock excludes torch, so the next step keeps this build.
+RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
+
+COPY requirements.lock /tmp/requirements.lock
+RUN pip install --no-cache-dir -r /tmp/requirements.lock
+
+COPY --from=wheel /wheels/ /tmp/wheels/
+RUN pip install --no-cache-dir --no-deps /tmp/wheels/launchbay-*.whl \
+    && python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('${TORCH_VERSION}') else 'torch was replaced: ' + torch.__version__)"
+
+USER 10001:10001
+WORKDIR /home/launchbay
+
+EXPOSE 8000
+
+# Liveness only; compose gates the workers on /v1/ready instead. No proxy handler, so
+# an HTTP(S)_PROXY in the environment cannot reroute the loopback request.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import urllib.request as u; u.build_opener(u.ProxyHandler({})).open('http://127.0.0.1:8000/v1/health', timeout=4)"]
+
+CMD ["launchbay", "api", "--host", "0.0.0.0", "--port", "8000"]

@@ -1,0 +1,107 @@
+"""The job spec: what a user submits, validated, with every default filled.
+
+Unknown fields are refused rather than ignored, so a typo never silently changes a run.
+"""
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CodeRef(StrictModel):
+    """User code uploaded with `POST /v1/code`, and the file to run inside it."""
+
+    code_id: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    entrypoint: Annotated[str, Field(min_length=1, max_length=512)] = "train.py"
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _relative_inside(cls, value: str) -> str:
+        parts = value.replace("\\", "/").split("/")
+        if value.startswith("/") or ".." in parts:
+            raise ValueError("entrypoint must be a relative path inside the uploaded code")
+        return value
+
+
+class CheckpointPolicy(StrictModel):
+    every_steps: Annotated[int, Field(ge=1)] | None = None
+    every_epochs: Annotated[int, Field(ge=1)] | None = 1
+    keep_last: Annotated[int, Field(ge=1, le=1000)] = 3
+    best_metric: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    best_mode: Literal["min", "max"] = "min"
+
+
+class JobSpec(StrictModel):
+    name: Annotated[str, Field(min_length=1, max_length=128)]
+    recipe: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    code: CodeRef | None = None
+    args: Annotated[list[Annotated[str, Field(max_length=4096)]], Field(max_length=256)] = []
+    config: dict[str, Any] = {}
+    launcher: Literal["torchrun", "python"] = "torchrun"
+    pass_local_rank_arg: bool = False
+    nnodes: Annotated[int, Field(ge=1, le=64)] = 1
+    nproc_per_node: Annotated[int, Field(ge=1, le=64)] = 2
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    amp: Literal["none", "fp16", "bf16"] = "none"
+    env: dict[str, Annotated[str, Field(max_length=32768)]] = {}
+    queue: str = "default"
+    max_restarts: Annotated[int, Field(ge=0, le=100)] = 0
+    max_retries: Annotated[int, Field(ge=0, le=100)] = 0
+    timeout_s: Annotated[float, Field(gt=0, le=30 * 24 * 3600)] | None = None
+    hang_timeout_s: Annotated[float, Field(gt=0, le=30 * 24 * 3600)] | None = None
+    checkpoint: CheckpointPolicy = CheckpointPolicy()
+    tags: dict[
+        Annotated[str, Field(min_length=1, max_length=128)],
+        Annotated[str, Field(max_length=1024)],
+    ] = {}
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        bad = sorted(k for k in env if not ENV_NAME.match(k))
+        if bad:
+            raise ValueError(f"environment variable names must be identifiers: {bad}")
+        return env
+
+    @field_validator("queue")
+    @classmethod
+    def _queue_name(cls, queue: str) -> str:
+        if not QUEUE_NAME.match(queue):
+            raise ValueError("queue must be 1..64 letters, digits, '_', '.' or '-'")
+        return queue
+
+    @model_validator(mode="after")
+    def _one_program(self) -> "JobSpec":
+        if (self.recipe is None) == (self.code is None):
+            raise ValueError("give exactly one of 'recipe' and 'code'")
+        if self.recipe is not None:
+            # Imported here: the recipe catalogue is torch-free but sits beside torch code.
+            from jobs.recipes import RECIPES
+
+            recipe = RECIPES.get(self.recipe)
+            if recipe is None:
+                raise ValueError(
+                    f"unknown recipe {self.recipe!r}; known: {', '.join(sorted(RECIPES))}"
+                )
+            self.config = recipe.config_model.model_validate(self.config).model_dump(mode="json")
+        if self.launcher == "python" and self.pass_local_rank_arg:
+            raise ValueError("pass_local_rank_arg applies to the torchrun launcher only")
+        return self
+
+    def resolved_backend(self, cuda_available: bool) -> str:
+        """`auto` is nccl on CUDA and gloo otherwise."""
+        if self.backend != "auto":
+            return self.backend
+        return "nccl" if self.uses_cuda(cuda_available) else "gloo"
+
+    def uses_cuda(self, cuda_available: bool) -> bool:
+        return self.device == "cuda" or (self.device == "auto" and cuda_available)

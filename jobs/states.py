@@ -1,0 +1,69 @@
+"""Job states, the transitions between them, and why a job ended.
+
+    queued -> starting -> running -> succeeded | failed | cancelled
+                                  \-> cancelling -> cancelled
+    starting | running | cancelling -> queued   (a retry: attempt + 1)
+
+`succeeded`, `failed` and `cancelled` are terminal: nothing moves a job out of them.
+"""
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    CANCELLING = "cancelling"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+    def can_become(self, target: "JobState") -> bool:
+        return target in ALLOWED_TRANSITIONS[self]
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+ACTIVE_STATES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.CANCELLING})
+
+ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.QUEUED: frozenset({JobState.STARTING, JobState.CANCELLED, JobState.FAILED}),
+    JobState.STARTING: frozenset(
+        {
+            JobState.RUNNING,
+            JobState.FAILED,
+            JobState.CANCELLING,
+            JobState.CANCELLED,
+            JobState.QUEUED,
+            JobState.SUCCEEDED,
+        }
+    ),
+    JobState.RUNNING: frozenset(
+        {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLING, JobState.QUEUED}
+    ),
+    # A job may finish on its own while its cancel is on the way: the truth wins.
+    JobState.CANCELLING: frozenset({JobState.CANCELLED, JobState.SUCCEEDED, JobState.FAILED}),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+
+def states_that_can_become(target: JobState) -> frozenset[JobState]:
+    """Every state from which `target` is reachable in one step."""
+    return frozenset(s for s, allowed in ALLOWED_TRANSITIONS.items() if target in allowed)
+
+
+class ExitReason(StrEnum):
+    COMPLETED = "completed"
+    USER_ERROR = "user_error"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    HANG = "hang"
+    WORKER_LOST = "worker_lost"
+    OOM = "oom"
+    LAUNCH_ERROR = "launch_error"
+    RENDEZVOUS_TIMEOUT = "rendezvous_timeout"

@@ -1,0 +1,113 @@
+"""Database tables.
+
+Every row a job produces (state events, metric points, log lines, checkpoints) carries a
+`seq` drawn from the job's own counter (`Job.last_seq`) in the same transaction as the
+insert, so `seq` is one dense, monotonic order per job: the id of the live event stream.
+"""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+# SQLite only autoincrements an INTEGER PRIMARY KEY; PostgreSQL gets 64 bits.
+BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Job(SQLModel, table=True):
+    __tablename__ = "job"
+    __table_args__ = (UniqueConstraint("owner", "idempotency_key", name="uq_job_idempotency"),)
+
+    id: str = Field(primary_key=True, max_length=32)
+    name: str = Field(max_length=128)
+    owner: str = Field(default="", max_length=128, index=True)
+    state: str = Field(max_length=16, index=True)
+    spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    queue: str = Field(max_length=64)
+    attempt: int = 1
+    created_at: datetime = Field(default_factory=utcnow, index=True)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    last_heartbeat: datetime | None = None
+    exit_code: int | None = None
+    exit_reason: str | None = Field(default=None, max_length=32)
+    message: str | None = Field(default=None, sa_column=Column(Text))
+    worker: str | None = Field(default=None, max_length=256)
+    progress_step: int | None = None
+    progress_epoch: int | None = None
+    total_steps: int | None = None
+    latest_metrics: dict[str, float] = Field(default_factory=dict, sa_column=Column(JSON))
+    last_seq: int = Field(default=0, sa_type=BigInteger)
+    idempotency_key: str | None = Field(default=None, max_length=256)
+    request_hash: str | None = Field(default=None, max_length=64)
+
+
+class JobEvent(SQLModel, table=True):
+    """A change in a job's life: a state change, or a restart of its ranks."""
+
+    __tablename__ = "job_event"
+    __table_args__ = (Index("ix_job_event_job_seq", "job_id", "seq", unique=True),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(foreign_key="job.id", max_length=32)
+    seq: int = Field(sa_type=BigInteger)
+    kind: str = Field(max_length=16)
+    attempt: int
+    ts: float
+    data: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+
+
+class MetricPoint(SQLModel, table=True):
+    __tablename__ = "metric_point"
+    __table_args__ = (
+        Index("ix_metric_point_job_seq", "job_id", "seq", unique=True),
+        Index("ix_metric_point_job_name_seq", "job_id", "name", "seq"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True, sa_type=BigIntPK)
+    job_id: str = Field(foreign_key="job.id", max_length=32)
+    seq: int = Field(sa_type=BigInteger)
+    attempt: int
+    step: int | None = None
+    epoch: int | None = None
+    name: str = Field(max_length=128)
+    value: float
+    ts: float
+
+
+class LogLine(SQLModel, table=True):
+    __tablename__ = "log_line"
+    __table_args__ = (
+        Index("ix_log_line_job_seq", "job_id", "seq", unique=True),
+        Index("ix_log_line_job_rank_seq", "job_id", "rank", "seq"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True, sa_type=BigIntPK)
+    job_id: str = Field(foreign_key="job.id", max_length=32)
+    seq: int = Field(sa_type=BigInteger)
+    attempt: int
+    rank: int
+    ts: float
+    line: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class Checkpoint(SQLModel, table=True):
+    __tablename__ = "checkpoint"
+    __table_args__ = (Index("ix_checkpoint_job_seq", "job_id", "seq", unique=True),)
+
+    id: str = Field(primary_key=True, max_length=32)
+    job_id: str = Field(foreign_key="job.id", max_length=32)
+    seq: int = Field(sa_type=BigInteger)
+    attempt: int
+    step: int | None = None
+    epoch: int | None = None
+    metrics: dict[str, float] = Field(default_factory=dict, sa_column=Column(JSON))
+    size: int = Field(sa_type=BigInteger)
+    sha256: str = Field(max_length=64)
+    path: str = Field(max_length=1024)
+    created_at: datetime = Field(default_factory=utcnow)

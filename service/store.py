@@ -1,0 +1,249 @@
+"""Reads and writes of jobs and what they produce, shared by the service and the worker.
+
+State changes are conditional updates (`UPDATE job ... WHERE state IN (<sources>)`), so a
+repeated, late or racing change does no harm: it simply matches no row and returns False.
+"""
+
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, func, update
+from sqlmodel import Session, col, select
+
+from jobs.spec import JobSpec
+from jobs.states import JobState, states_that_can_become
+from service.models import Checkpoint, Job, JobEvent, LogLine, MetricPoint, utcnow
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def allocate_seq(session: Session, job_id: str, count: int = 1) -> int:
+    """Reserve `count` consecutive seqs of a job and return the first.
+
+    The row lock taken here is held until commit, so seqs become visible in order.
+    """
+    stmt = (
+        update(Job)
+        .where(col(Job.id) == job_id)
+        .values(last_seq=Job.last_seq + count)
+        .returning(col(Job.last_seq))
+    )
+    last = session.execute(stmt).scalar_one()
+    return int(last) - count + 1
+
+
+def create_job(
+    session: Session,
+    spec: JobSpec,
+    *,
+    owner: str = "",
+    idempotency_key: str | None = None,
+    request_hash: str | None = None,
+) -> Job:
+    job = Job(
+        id=new_id(),
+        name=spec.name,
+        owner=owner,
+        state=JobState.QUEUED,
+        spec=spec.model_dump(mode="json"),
+        queue=spec.queue,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+    )
+    session.add(job)
+    session.flush()
+    _add_state_event(session, job.id, JobState.QUEUED, job.attempt, {})
+    session.commit()
+    return job
+
+
+def find_job_by_idempotency_key(session: Session, owner: str, key: str) -> Job | None:
+    stmt = select(Job).where(Job.owner == owner, Job.idempotency_key == key)
+    return session.exec(stmt).first()
+
+
+def transition_job(
+    session: Session,
+    job_id: str,
+    target: JobState,
+    *,
+    attempt: int | None = None,
+    **fields: Any,
+) -> bool:
+    """Move a job to `target` if its current state allows it; commit and return whether it did.
+
+    `attempt`, when given, must match the job's attempt, so a worker of an earlier attempt
+    cannot move a job that has since been retried. `fields` are other columns to set.
+    """
+    values: dict[str, Any] = {"state": target, **fields}
+    if target.is_terminal():
+        values.setdefault("finished_at", utcnow())
+    stmt = update(Job).where(
+        col(Job.id) == job_id, col(Job.state).in_(states_that_can_become(target))
+    )
+    if attempt is not None:
+        stmt = stmt.where(col(Job.attempt) == attempt)
+    result = session.execute(stmt.values(**values).returning(col(Job.attempt)))
+    new_attempt = result.scalar_one_or_none()
+    if new_attempt is None:
+        session.rollback()
+        return False
+    detail: dict[str, Any] = {
+        k: fields[k] for k in ("exit_code", "exit_reason", "message", "worker") if k in fields
+    }
+    _add_state_event(session, job_id, target, int(new_attempt), detail)
+    session.commit()
+    return True
+
+
+def _add_state_event(
+    session: Session, job_id: str, state: JobState, attempt: int, detail: dict[str, Any]
+) -> None:
+    seq = allocate_seq(session, job_id)
+    data = {"state": str(state), **detail}
+    session.add(
+        JobEvent(job_id=job_id, seq=seq, kind="state", attempt=attempt, ts=time.time(), data=data)
+    )
+
+
+def add_job_event(
+    session: Session, job_id: str, kind: str, attempt: int, data: dict[str, Any]
+) -> None:
+    """Record a non-state event (e.g. an elastic restart) and commit."""
+    seq = allocate_seq(session, job_id)
+    session.add(
+        JobEvent(job_id=job_id, seq=seq, kind=kind, attempt=attempt, ts=time.time(), data=data)
+    )
+    session.commit()
+
+
+@dataclass(frozen=True)
+class NewLogLine:
+    rank: int
+    ts: float
+    line: str
+
+
+def append_log_lines(
+    session: Session, job_id: str, attempt: int, lines: Sequence[NewLogLine]
+) -> None:
+    if not lines:
+        return
+    first = allocate_seq(session, job_id, len(lines))
+    session.add_all(
+        LogLine(job_id=job_id, seq=first + i, attempt=attempt, rank=ln.rank, ts=ln.ts, line=ln.line)
+        for i, ln in enumerate(lines)
+    )
+    session.commit()
+
+
+@dataclass(frozen=True)
+class NewMetricPoint:
+    step: int | None
+    epoch: int | None
+    name: str
+    value: float
+    ts: float
+
+
+def append_metric_points(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    points: Sequence[NewMetricPoint],
+    *,
+    progress: dict[str, Any] | None = None,
+) -> None:
+    """Insert metric points in one transaction and update the job's progress and latest values."""
+    if not points:
+        return
+    first = allocate_seq(session, job_id, len(points))
+    session.add_all(
+        MetricPoint(
+            job_id=job_id,
+            seq=first + i,
+            attempt=attempt,
+            step=p.step,
+            epoch=p.epoch,
+            name=p.name,
+            value=p.value,
+            ts=p.ts,
+        )
+        for i, p in enumerate(points)
+    )
+    job = session.get(Job, job_id)
+    if job is not None:
+        latest = dict(job.latest_metrics or {})
+        latest.update({p.name: p.value for p in points})
+        job.latest_metrics = latest
+        last = points[-1]
+        if last.step is not None:
+            job.progress_step = last.step
+        if last.epoch is not None:
+            job.progress_epoch = last.epoch
+        for key, value in (progress or {}).items():
+            setattr(job, key, value)
+        session.add(job)
+    session.commit()
+
+
+def list_jobs(
+    session: Session,
+    *,
+    owner: str | None,
+    state: JobState | None,
+    limit: int,
+    offset: int,
+) -> tuple[list[Job], int]:
+    """Jobs newest first, and how many match in all. `owner=None` means every owner."""
+    conditions = []
+    if owner is not None:
+        conditions.append(col(Job.owner) == owner)
+    if state is not None:
+        conditions.append(col(Job.state) == state)
+    total = session.exec(select(func.count()).select_from(Job).where(*conditions)).one()
+    stmt = (
+        select(Job)
+        .where(*conditions)
+        .order_by(col(Job.created_at).desc(), col(Job.id).desc())
+        .offset(offset)
+        .limit(limit)
+    )
+    return list(session.exec(stmt).all()), int(total)
+
+
+def list_log_lines(
+    session: Session, job_id: str, *, rank: int | None, after: int, limit: int
+) -> list[LogLine]:
+    stmt = select(LogLine).where(LogLine.job_id == job_id, col(LogLine.seq) > after)
+    if rank is not None:
+        stmt = stmt.where(LogLine.rank == rank)
+    return list(session.exec(stmt.order_by(col(LogLine.seq)).limit(limit)).all())
+
+
+def list_metric_points(
+    session: Session, job_id: str, *, name: str | None, after: int, limit: int
+) -> list[MetricPoint]:
+    stmt = select(MetricPoint).where(MetricPoint.job_id == job_id, col(MetricPoint.seq) > after)
+    if name is not None:
+        stmt = stmt.where(MetricPoint.name == name)
+    return list(session.exec(stmt.order_by(col(MetricPoint.seq)).limit(limit)).all())
+
+
+def list_checkpoints(session: Session, job_id: str) -> list[Checkpoint]:
+    stmt = select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(col(Checkpoint.seq))
+    return list(session.exec(stmt).all())
+
+
+def delete_job_rows(session: Session, job_id: str) -> None:
+    """Remove a job and every row it produced, in one transaction."""
+    tables: Iterable[Any] = (JobEvent, MetricPoint, LogLine, Checkpoint)
+    for table in tables:
+        session.execute(delete(table).where(col(table.job_id) == job_id))
+    session.execute(delete(Job).where(col(Job.id) == job_id))
+    session.commit()
