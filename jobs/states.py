@@ -1,4 +1,4 @@
-"""Job states, the transitions between them, and why a job ended.
+r"""Job states, the transitions between them, and why a job ended.
 
     queued -> starting -> running -> succeeded | failed | cancelled
                                   \-> cancelling -> cancelled

@@ -1,0 +1,60 @@
+"""The FastAPI application and `launchbay api`."""
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from redis import Redis
+
+from service.db import make_engine, upgrade_database
+from service.errors import install_error_handlers
+from service.limits import BodySizeLimit
+from service.routes import jobs, logs, recipes, system
+from service.settings import Settings, get_settings
+
+log = logging.getLogger("launchbay.api")
+
+
+def make_redis(url: str) -> Redis:
+    return Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2, health_check_interval=30)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        app.state.settings = settings
+        app.state.engine = make_engine(settings.resolved_database_url)
+        app.state.redis = make_redis(settings.redis_url)
+        try:
+            yield
+        finally:
+            app.state.redis.close()
+            app.state.engine.dispose()
+
+    app = FastAPI(title="Launchbay", version="0.1.0", lifespan=lifespan)
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, limit_for_path=lambda _path: settings.max_body_bytes)
+    for module in (jobs, logs, recipes, system):
+        app.include_router(module.router)
+    return app
+
+
+def run_api(host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Apply migrations, then serve until interrupted."""
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = get_settings()
+    upgrade_database(settings.resolved_database_url)
+    log.info("database ready at %s", _redact(settings.resolved_database_url))
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+
+
+def _redact(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)

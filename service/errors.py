@@ -1,0 +1,161 @@
+"""One exception tree, mapped by one set of handlers to the error body of DESIGN.md:
+
+    LaunchbayError                 (500 internal_error)
+    ├── BadRequest                 (400 bad_request)
+    ├── Unauthorized               (401 unauthorized)
+    ├── Forbidden                  (403 forbidden)
+    ├── NotFound                   (404 not_found)
+    ├── Conflict                   (409 conflict)
+    │   └── InvalidTransition      (409 invalid_transition)
+    ├── PayloadTooLarge            (413 payload_too_large)
+    ├── Unprocessable              (422 validation_error)
+    ├── TooManyRequests            (429 rate_limited)
+    └── ServiceUnavailable         (503 unavailable)
+
+Body: {"error": {"code": "<snake_case>", "message": "<for a person>", "detail": <any>}}.
+"""
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("launchbay.api")
+
+
+class LaunchbayError(Exception):
+    status = 500
+    code = "internal_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        detail: Any = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+        self.headers = headers
+        if code is not None:
+            self.code = code
+
+
+class BadRequest(LaunchbayError):
+    status, code = 400, "bad_request"
+
+
+class Unauthorized(LaunchbayError):
+    status, code = 401, "unauthorized"
+
+
+class Forbidden(LaunchbayError):
+    status, code = 403, "forbidden"
+
+
+class NotFound(LaunchbayError):
+    status, code = 404, "not_found"
+
+
+class Conflict(LaunchbayError):
+    status, code = 409, "conflict"
+
+
+class InvalidTransition(Conflict):
+    code = "invalid_transition"
+
+
+class PayloadTooLarge(LaunchbayError):
+    status, code = 413, "payload_too_large"
+
+
+class Unprocessable(LaunchbayError):
+    status, code = 422, "validation_error"
+
+
+class TooManyRequests(LaunchbayError):
+    status, code = 429, "rate_limited"
+
+
+class ServiceUnavailable(LaunchbayError):
+    status, code = 503, "unavailable"
+
+
+_CODES_BY_STATUS = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    416: "range_not_satisfiable",
+    422: "validation_error",
+    429: "rate_limited",
+    503: "unavailable",
+}
+
+
+def error_body(code: str, message: str, detail: Any = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "detail": detail}}
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    detail: Any = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(error_body(code, message, detail), status_code=status, headers=headers)
+
+
+def _validation_detail(exc: RequestValidationError) -> list[dict[str, Any]]:
+    return [
+        {
+            "loc": list(err.get("loc", ())),
+            "msg": str(err.get("msg", "")),
+            "type": str(err.get("type", "")),
+        }
+        for err in exc.errors()
+    ]
+
+
+async def _on_launchbay_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, LaunchbayError)
+    return error_response(exc.status, exc.code, exc.message, exc.detail, exc.headers)
+
+
+async def _on_validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    detail = _validation_detail(exc)
+    if any(err["type"] == "json_invalid" for err in detail):
+        return error_response(400, "invalid_json", "the request body is not valid JSON", detail)
+    fields = ", ".join(".".join(str(p) for p in err["loc"]) for err in detail)
+    return error_response(422, "validation_error", f"invalid request: {fields}", detail)
+
+
+async def _on_http_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _CODES_BY_STATUS.get(exc.status_code, "http_error")
+    message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+    return error_response(exc.status_code, code, message, None, dict(exc.headers or {}))
+
+
+async def _on_unexpected_error(_request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error", exc_info=exc)
+    return error_response(500, "internal_error", "an unexpected error occurred")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(LaunchbayError, _on_launchbay_error)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(Exception, _on_unexpected_error)

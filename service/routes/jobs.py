@@ -1,0 +1,153 @@
+"""Jobs: submit, list, read, cancel, delete."""
+
+import hashlib
+import json
+import logging
+import shutil
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Response, status
+from redis.exceptions import RedisError
+from rq.exceptions import NoSuchJobError
+from sqlalchemy.exc import IntegrityError
+
+from jobs.spec import JobSpec
+from jobs.states import ExitReason, JobState
+from service import queue, store
+from service.deps import CurrentPrincipal, OwnedJob, RedisDep, SessionDep, SettingsDep
+from service.errors import Conflict, InvalidTransition, ServiceUnavailable
+from service.models import Job
+from service.schemas import JobPublic, JobsPublic
+
+log = logging.getLogger("launchbay.api")
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+def spec_hash(spec: JobSpec) -> str:
+    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobPublic)
+def submit_job(
+    spec: JobSpec,
+    response: Response,
+    session: SessionDep,
+    redis: RedisDep,
+    settings: SettingsDep,
+    principal: CurrentPrincipal,
+    idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
+) -> JobPublic:
+    request_hash = spec_hash(spec)
+    if idempotency_key:
+        existing = store.find_job_by_idempotency_key(session, principal.name, idempotency_key)
+        if existing is not None:
+            return _replay(existing, request_hash, response)
+    try:
+        job = store.create_job(
+            session,
+            spec,
+            owner=principal.name,
+            idempotency_key=idempotency_key or None,
+            request_hash=request_hash,
+        )
+    except IntegrityError:
+        # Another request with the same key committed first.
+        session.rollback()
+        assert idempotency_key
+        existing = store.find_job_by_idempotency_key(session, principal.name, idempotency_key)
+        if existing is None:
+            raise
+        return _replay(existing, request_hash, response)
+    try:
+        queue.enqueue_attempt(redis, job, grace_s=settings.cancel_grace_s)
+    except RedisError as exc:
+        log.warning("job %s stored but not enqueued: %s", job.id, exc)
+        raise ServiceUnavailable(
+            "the job was stored but the queue is unreachable; it will be enqueued when "
+            "Redis is back",
+            code="queue_unavailable",
+            detail={"job_id": job.id},
+        ) from exc
+    log.info("job %s submitted by %s to queue %s", job.id, principal.name, job.queue)
+    return JobPublic.from_row(job)
+
+
+def _replay(existing: Job, request_hash: str, response: Response) -> JobPublic:
+    if existing.request_hash != request_hash:
+        raise Conflict(
+            "this Idempotency-Key was already used with a different job spec",
+            code="idempotency_key_reused",
+            detail={"job_id": existing.id},
+        )
+    response.status_code = status.HTTP_200_OK
+    return JobPublic.from_row(existing)
+
+
+@router.get("", response_model=JobsPublic)
+def list_jobs(
+    session: SessionDep,
+    principal: CurrentPrincipal,
+    state: JobState | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+) -> JobsPublic:
+    owner = None if principal.is_admin else principal.name
+    rows, total = store.list_jobs(session, owner=owner, state=state, limit=limit, offset=offset)
+    return JobsPublic(items=[JobPublic.from_row(j) for j in rows], total=total)
+
+
+@router.get("/{job_id}", response_model=JobPublic)
+def get_job(job: OwnedJob) -> JobPublic:
+    return JobPublic.from_row(job)
+
+
+@router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobPublic)
+def cancel_job(job: OwnedJob, session: SessionDep, redis: RedisDep) -> JobPublic:
+    state = JobState(job.state)
+    if state is JobState.QUEUED and store.transition_job(
+        session,
+        job.id,
+        JobState.CANCELLED,
+        attempt=job.attempt,
+        exit_reason=ExitReason.CANCELLED,
+        message="cancelled before it started",
+    ):
+        _drop_from_queue(redis, job)
+    elif state in (JobState.STARTING, JobState.RUNNING, JobState.CANCELLING):
+        store.transition_job(session, job.id, JobState.CANCELLING, attempt=job.attempt)
+        try:
+            queue.request_cancel(redis, job.id)
+        except RedisError as exc:
+            raise ServiceUnavailable(
+                "the job is marked cancelling but its worker could not be told; retry",
+                detail={"job_id": job.id},
+            ) from exc
+    session.refresh(job)
+    if JobState(job.state).is_terminal() and job.state != JobState.CANCELLED:
+        raise InvalidTransition(
+            f"job {job.id} already ended ({job.state})", detail={"state": job.state}
+        )
+    return JobPublic.from_row(job)
+
+
+def _drop_from_queue(redis: RedisDep, job: Job) -> None:
+    try:
+        queue.drop_queued_attempt(redis, job)
+    except (RedisError, NoSuchJobError) as exc:
+        # The worker re-checks the database before it starts anything.
+        log.info("job %s cancelled; its queue entry could not be removed: %s", job.id, exc)
+
+
+@router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_job(job: OwnedJob, session: SessionDep, settings: SettingsDep) -> Response:
+    if not JobState(job.state).is_terminal():
+        raise InvalidTransition(
+            f"job {job.id} is {job.state}; only a finished job can be deleted (cancel it first)",
+            detail={"state": job.state},
+        )
+    store.delete_job_rows(session, job.id)
+    for folder in (settings.checkpoints_dir, settings.runs_dir):
+        shutil.rmtree(folder / job.id, ignore_errors=True)
+    log.info("job %s deleted", job.id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

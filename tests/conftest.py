@@ -1,0 +1,84 @@
+"""Session-wide services and the check that no test leaves a process behind."""
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.procs import SESSION_MARKER, marked_processes
+from tests.support.services import (
+    RedisServer,
+    postgres_database,
+    postgres_server,
+    private_redis,
+)
+from tests.support.stack import Stack
+
+MARKER = uuid.uuid4().hex
+os.environ[SESSION_MARKER] = MARKER
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    with private_redis() as server:
+        yield server
+
+
+_redis_dbs = iter(range(1, 16))
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """A Redis database of its own, so stacks never take each other's jobs."""
+    import redis
+
+    url = redis_server.url(next(_redis_dbs, 0))
+    redis.Redis.from_url(url).flushdb()
+    return url
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url(postgres_server_url: str) -> Iterator[str]:
+    with postgres_database(postgres_server_url) as url:
+        yield url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'data' / 'launchbay.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest) -> str:
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
+def make_stack(root: Path, database_url: str, redis_url: str, **env: str) -> Stack:
+    root.mkdir(parents=True, exist_ok=True)
+    return Stack(
+        root=root, database_url=database_url, redis_url=redis_url, marker=MARKER, extra_env=env
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    leftovers = marked_processes(MARKER)
+    if not leftovers:
+        return
+    described = [f"{p.pid} {' '.join(p.cmdline())[:160]}" for p in leftovers]
+    for proc in leftovers:
+        proc.kill()
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("processes left behind by the tests (killed now):", red=True)
+        for line in described:
+            reporter.write_line(f"  {line}", red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

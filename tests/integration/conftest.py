@@ -1,0 +1,34 @@
+"""The app in-process (FastAPI's TestClient) over a real database and a real Redis."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlmodel import Session, func, select
+
+from service.app import create_app
+from service.db import make_engine, upgrade_database
+from service.models import Job
+from service.settings import Settings
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str, redis_url: str) -> Settings:
+    upgrade_database(database_url)
+    return Settings(data_dir=tmp_path / "data", database_url=database_url, redis_url=redis_url)
+
+
+@pytest.fixture
+def api(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        yield client
+
+
+def count_jobs(settings: Settings) -> int:
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        with Session(engine) as session:
+            return int(session.exec(select(func.count()).select_from(Job)).one())
+    finally:
+        engine.dispose()

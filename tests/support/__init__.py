@@ -1,0 +1,1 @@
+"""Real services for the tests: private Redis and PostgreSQL, and Launchbay's own processes."""
