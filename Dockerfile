@@ -20,8 +20,8 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 # --- stage 2: the runtime image ---
 FROM python:3.11.14-slim-bookworm
 
-# cu128 wheels need an NVIDIA driver that supports CUDA 12.8 (R570 or newer; older
-# R525+ drivers work through CUDA minor-version compatibility for most kernels).
+# cu128 wheels want a driver for CUDA 12.8 (R570 or newer); docs/deployment.md says
+# what to build for older drivers and GPUs.
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
 
@@ -45,17 +45,19 @@ RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_
 COPY requirements.lock /tmp/requirements.lock
 RUN pip install --no-cache-dir -r /tmp/requirements.lock
 
+# The last line fails the build if a dependency swapped in another torch build: the
+# local version must name the wheel index (2.13.0+cu128, 2.13.0+cpu).
 COPY --from=wheel /wheels/ /tmp/wheels/
 RUN pip install --no-cache-dir --no-deps /tmp/wheels/launchbay-*.whl \
-    && python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('${TORCH_VERSION}') else 'torch was replaced: ' + torch.__version__)"
+    && python -c "import sys, torch; want = '${TORCH_VERSION}+${TORCH_INDEX_URL##*/}'; sys.exit(None if torch.__version__ == want else f'torch {torch.__version__}, expected {want}')"
 
 USER 10001:10001
 WORKDIR /home/launchbay
 
 EXPOSE 8000
 
-# Liveness only; compose gates the workers on /v1/ready instead. No proxy handler, so
-# an HTTP(S)_PROXY in the environment cannot reroute the loopback request.
+# The api's liveness (a worker serves no port: compose disables this for it). No proxy
+# handler, so an HTTP(S)_PROXY in the environment cannot reroute the loopback request.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import urllib.request as u; u.build_opener(u.ProxyHandler({})).open('http://127.0.0.1:8000/v1/health', timeout=4)"]
 
