@@ -247,3 +247,78 @@ def delete_job_rows(session: Session, job_id: str) -> None:
         session.execute(delete(table).where(col(table.job_id) == job_id))
     session.execute(delete(Job).where(col(Job.id) == job_id))
     session.commit()
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One entry of a job's live stream: `kind` is state, metric, log, checkpoint, restart."""
+
+    seq: int
+    kind: str
+    data: dict[str, Any]
+
+
+def read_stream(
+    session: Session, job_id: str, *, after: int, window: int = 500
+) -> tuple[list[StreamEvent], int]:
+    """Everything a job recorded with `after < seq <= cursor`, in seq order, and the cursor.
+
+    Every seq up to the job's `last_seq` is committed once `last_seq` is visible (they are
+    written in one transaction), so reading up to it leaves no gap a later read could fill.
+    """
+    last_seq = session.exec(select(Job.last_seq).where(Job.id == job_id)).first()
+    if last_seq is None:
+        raise LookupError(f"job {job_id} no longer exists")
+    if last_seq <= after:
+        return [], after
+    upper = min(int(last_seq), after + window)
+    events: list[StreamEvent] = []
+
+    def in_window(table: Any) -> Any:
+        return select(table).where(
+            col(table.job_id) == job_id, col(table.seq) > after, col(table.seq) <= upper
+        )
+
+    for ev in session.exec(in_window(JobEvent)).all():
+        events.append(StreamEvent(ev.seq, ev.kind, {**ev.data, "attempt": ev.attempt, "ts": ev.ts}))
+    for mp in session.exec(in_window(MetricPoint)).all():
+        events.append(
+            StreamEvent(
+                mp.seq,
+                "metric",
+                {
+                    "seq": mp.seq,
+                    "step": mp.step,
+                    "epoch": mp.epoch,
+                    "name": mp.name,
+                    "value": mp.value,
+                    "ts": mp.ts,
+                    "attempt": mp.attempt,
+                },
+            )
+        )
+    for ll in session.exec(in_window(LogLine)).all():
+        events.append(
+            StreamEvent(
+                ll.seq, "log", {"seq": ll.seq, "rank": ll.rank, "ts": ll.ts, "line": ll.line}
+            )
+        )
+    for ck in session.exec(in_window(Checkpoint)).all():
+        events.append(
+            StreamEvent(
+                ck.seq,
+                "checkpoint",
+                {
+                    "id": ck.id,
+                    "attempt": ck.attempt,
+                    "step": ck.step,
+                    "epoch": ck.epoch,
+                    "metrics": ck.metrics or {},
+                    "size": ck.size,
+                    "sha256": ck.sha256,
+                    "created_at": ck.created_at.isoformat(),
+                },
+            )
+        )
+    events.sort(key=lambda e: e.seq)
+    return events, upper

@@ -1,0 +1,58 @@
+"""A job's live stream as Server-Sent Events, resumable with Last-Event-ID."""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import anyio.to_thread
+from fastapi import APIRouter, Header, Query, Request
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+from sse_starlette import EventSourceResponse
+
+from jobs.states import JobState
+from service import store
+from service.deps import OwnedJob
+from service.errors import BadRequest
+
+router = APIRouter(prefix="/v1/jobs", tags=["events"])
+POLL_S = 0.05
+
+
+@router.get("/{job_id}/events", response_class=EventSourceResponse)
+async def stream_events(
+    job: OwnedJob,
+    request: Request,
+    last_event_id: Annotated[str | None, Header()] = None,
+    after: Annotated[int | None, Query(ge=0)] = None,
+) -> EventSourceResponse:
+    """state, metric, log and checkpoint events with the job's seq as id; ends after the
+    terminal state event. A reconnecting client sends Last-Event-ID (or `?after=`)."""
+    cursor = after or 0
+    if last_event_id:
+        try:
+            cursor = int(last_event_id)
+        except ValueError as exc:
+            raise BadRequest("Last-Event-ID must be an event id from this stream") from exc
+    engine: Engine = request.app.state.engine
+    return EventSourceResponse(_follow(engine, job.id, cursor), ping=15, send_timeout=30)
+
+
+async def _follow(engine: Engine, job_id: str, cursor: int) -> AsyncIterator[dict[str, Any]]:
+    while True:
+        try:
+            events, cursor = await anyio.to_thread.run_sync(_read, engine, job_id, cursor)
+        except LookupError:
+            return  # the job was deleted while followed
+        for event in events:
+            yield {"id": str(event.seq), "event": event.kind, "data": json.dumps(event.data)}
+            if event.kind == "state" and JobState(event.data["state"]).is_terminal():
+                return
+        if not events:
+            await asyncio.sleep(POLL_S)
+
+
+def _read(engine: Engine, job_id: str, cursor: int) -> tuple[list[store.StreamEvent], int]:
+    with Session(engine) as session:
+        return store.read_stream(session, job_id, after=cursor)
