@@ -1,0 +1,180 @@
+"""`launchbay watch`: a live view of one job, fed by its event stream, until the job ends.
+
+If the stream cannot be had (an old proxy, a broken connection that will not come back), the
+view falls back to polling the job and its logs. When the output is not a terminal (CI logs, a
+pipe), state changes and log lines are printed one per line instead of a live display.
+"""
+
+import threading
+import time
+from collections import deque
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.text import Text
+
+from client.errors import ApiError, ConnectionFailed
+from client.render import STATE_STYLES, format_log, format_number, state_text
+from client.sdk import Client
+from client.sse import TERMINAL_STATES, Event
+
+EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 2}
+"""How `watch` and `submit --wait` exit for each terminal state."""
+
+LOG_LINES = 8
+
+
+def exit_code_for(job: dict[str, Any]) -> int:
+    return EXIT_CODES.get(job.get("state", ""), 1)
+
+
+def describe_end(job: dict[str, Any]) -> Text:
+    """`job 1f3a… failed (user_error): Traceback…` for the line printed when a job ends."""
+    state = job.get("state", "?")
+    text = Text(f"job {job.get('id')} ") + Text(state, style=STATE_STYLES.get(state, ""))
+    if job.get("exit_reason"):
+        text.append(f" ({job['exit_reason']})")
+    if job.get("message"):
+        text.append(f": {job['message']}")
+    return text
+
+
+class JobView:
+    """What the live display shows. Updated by the follower, drawn by rich's refresh thread."""
+
+    def __init__(self, job: dict[str, Any], echo: Console | None = None) -> None:
+        self._lock = threading.Lock()
+        self._echo = echo
+        self.job = job
+        self.last_seq = 0
+        self.lines: deque[str] = deque(maxlen=LOG_LINES)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+        )
+        self._task = self.progress.add_task("step", total=None)
+        self._sync_progress()
+
+    def apply(self, event: Event) -> None:
+        data = event.data if isinstance(event.data, dict) else {}
+        with self._lock:
+            if event.id and event.id.isdigit():
+                self.last_seq = int(event.id)
+            if event.event == "state":
+                self.job.update({k: v for k, v in data.items() if k in self.job or k == "state"})
+                self._add_line(f"(state {data.get('state')})", shown_live=False)
+            elif event.event == "metric":
+                self._apply_metric(data)
+            elif event.event == "log":
+                self._add_line(format_log(data, with_rank=True))
+            elif event.event == "checkpoint":
+                self._add_line(f"(checkpoint {data.get('id')} saved at step {data.get('step')})")
+            elif event.event == "restart":
+                self._add_line("(ranks restarted)")
+            self._sync_progress()
+
+    def replace_job(self, job: dict[str, Any]) -> None:
+        with self._lock:
+            self.job = job
+            self._sync_progress()
+
+    def add_log(self, item: dict[str, Any]) -> None:
+        with self._lock:
+            self.last_seq = max(self.last_seq, int(item.get("seq") or 0))
+            self._add_line(format_log(item, with_rank=True))
+
+    def note(self, line: str) -> None:
+        with self._lock:
+            self._add_line(f"({line})")
+
+    def render(self) -> RenderableType:
+        with self._lock:
+            job = self.job
+            header = Text.assemble(
+                ("job ", "bold"),
+                (str(job.get("id")), "bold"),
+                f"  {job.get('name', '')}  ",
+                state_text(job.get("state")),
+                f"  attempt {job.get('attempt', 1)}",
+                f"  on {job['worker']}" if job.get("worker") else "",
+            )
+            metrics = Text(
+                "  ".join(
+                    f"{name} {format_number(value)}"
+                    for name, value in sorted((job.get("latest_metrics") or {}).items())
+                )
+                or "no metrics yet",
+                style="dim" if not job.get("latest_metrics") else "",
+            )
+            logs = Panel(Text("\n".join(self.lines) or "no logs yet"), title="logs", expand=True)
+            return Group(header, self.progress, metrics, logs)
+
+    def _add_line(self, line: str, shown_live: bool = True) -> None:
+        if self._echo is not None:
+            self._echo.print(line, markup=False, highlight=False, soft_wrap=True)
+        elif shown_live:
+            self.lines.append(line)
+
+    def _apply_metric(self, data: dict[str, Any]) -> None:
+        latest = self.job.setdefault("latest_metrics", {})
+        if isinstance(data.get("metrics"), dict):
+            latest.update(data["metrics"])
+        elif "name" in data:
+            latest[data["name"]] = data.get("value")
+        progress = self.job.setdefault("progress", {})
+        for key in ("step", "epoch"):
+            if data.get(key) is not None:
+                progress[key] = max(progress.get(key) or 0, data[key])
+
+    def _sync_progress(self) -> None:
+        progress = self.job.get("progress") or {}
+        epochs = ((self.job.get("spec") or {}).get("config") or {}).get("epochs")
+        if progress.get("total_steps"):
+            unit, total, done = "step", progress["total_steps"], progress.get("step")
+        elif isinstance(epochs, int) and epochs > 0:
+            unit, total, done = "epoch", epochs, progress.get("epoch")
+        else:
+            unit, total, done = "step", None, progress.get("step")
+        self.progress.update(self._task, description=unit, total=total, completed=done or 0)
+
+
+def follow_job(
+    client: Client, job_id: str, console: Console, poll_s: float = 1.0
+) -> dict[str, Any]:
+    """Show the job live until it reaches a terminal state, and return it as it ended."""
+    job = client.get(job_id)
+    if job["state"] in TERMINAL_STATES:
+        return job
+    view = JobView(job, echo=None if console.is_terminal else console)
+    display: AbstractContextManager[Any] = (
+        Live(get_renderable=view.render, console=console, refresh_per_second=4)
+        if console.is_terminal
+        else nullcontext()
+    )
+    with display:
+        try:
+            for event in client.events(job_id):
+                view.apply(event)
+                if event.event == "state":
+                    view.replace_job(client.get(job_id))
+        except (ConnectionFailed, ApiError) as exc:
+            view.note(f"event stream lost: {exc}; polling instead")
+            _poll(client, job_id, view, poll_s)
+    return client.get(job_id)
+
+
+def _poll(client: Client, job_id: str, view: JobView, poll_s: float) -> None:
+    while True:
+        job = client.get(job_id)
+        view.replace_job(job)
+        for item in client.iter_logs(job_id, after=view.last_seq):
+            view.add_log(item)
+        if job["state"] in TERMINAL_STATES:
+            return
+        time.sleep(poll_s)

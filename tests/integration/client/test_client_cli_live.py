@@ -1,0 +1,115 @@
+"""The `launchbay` CLI against a real API over HTTP: output and exit status."""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from client.cli import CliState, app
+from client.sdk import Client
+from jobs.states import ExitReason, JobState
+from service import store
+from tests.integration.client.conftest import ADMIN_TOKEN, LiveApi, later
+from tests.support.procs import free_port
+
+SPEC = {"name": "it-cli", "recipe": "synthetic"}
+
+
+@pytest.fixture(autouse=True)
+def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("LAUNCHBAY_API_URL", "LAUNCHBAY_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def launchbay(url: str, *args: str, token: str | None = ADMIN_TOKEN) -> Result:
+    return CliRunner().invoke(app, list(args), obj=CliState(api_url=url, token=token))
+
+
+def submitted(live_api: LiveApi) -> str:
+    with live_api.client() as lb:
+        return str(lb.submit(SPEC)["id"])
+
+
+def test_submit_list_status_cancel(live_api: LiveApi, tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: it-cli\nrecipe: synthetic\n")
+    result = launchbay(live_api.url, "submit", str(spec), "--set", "max_retries=2", "--json")
+    assert result.exit_code == 0, result.output
+    job = json.loads(result.stdout)
+    assert job["spec"]["max_retries"] == 2
+
+    listed = json.loads(launchbay(live_api.url, "list", "--json").stdout)
+    assert [j["id"] for j in listed["items"]] == [job["id"]]
+    assert job["id"] in launchbay(live_api.url, "list").stdout
+
+    status = launchbay(live_api.url, "status", job["id"], "--json")
+    assert json.loads(status.stdout)["state"] == "queued"
+
+    cancelled = launchbay(live_api.url, "cancel", job["id"])
+    assert cancelled.stdout.strip() == f"job {job['id']}: cancelled"
+    watched = launchbay(live_api.url, "watch", job["id"])
+    assert watched.exit_code == 2
+    assert f"job {job['id']} cancelled (cancelled)" in watched.stdout
+
+
+def test_watch_follows_a_running_job_to_success(live_api: LiveApi) -> None:
+    job_id = submitted(live_api)
+    live_api.start(job_id)
+
+    def worker() -> None:
+        with live_api.worker_session() as session:
+            store.append_log_lines(
+                session, job_id, 1, [store.NewLogLine(1, time.time(), "training")]
+            )
+        live_api.finish(job_id, JobState.SUCCEEDED, exit_code=0, exit_reason=ExitReason.COMPLETED)
+
+    finishing = later(0.5, worker)
+    result = launchbay(live_api.url, "watch", job_id)
+    finishing.join()
+    assert result.exit_code == 0, result.output
+    assert "[rank 1] training" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == f"job {job_id} succeeded (completed)"
+
+
+def test_watch_of_a_failed_job_exits_1(live_api: LiveApi) -> None:
+    job_id = submitted(live_api)
+    live_api.start(job_id)
+    live_api.finish(job_id, JobState.FAILED, exit_code=1, exit_reason=ExitReason.USER_ERROR)
+    result = launchbay(live_api.url, "watch", job_id)
+    assert result.exit_code == 1
+    assert f"job {job_id} failed (user_error)" in result.stdout
+
+
+def test_logs_metrics_and_download(live_api: LiveApi, tmp_path: Path) -> None:
+    job_id = submitted(live_api)
+    live_api.start(job_id)
+    with live_api.worker_session() as session:
+        store.append_log_lines(session, job_id, 1, [store.NewLogLine(0, time.time(), "epoch 0")])
+        point = store.NewMetricPoint(3, 0, "loss", 0.25, time.time())
+        store.append_metric_points(session, job_id, 1, [point])
+    live_api.add_checkpoint(job_id, b"weights" * 1000)
+
+    assert launchbay(live_api.url, "logs", job_id).stdout == "[rank 0] epoch 0\n"
+    metrics = json.loads(launchbay(live_api.url, "metrics", job_id, "--format", "json").stdout)
+    assert [(m["step"], m["name"], m["value"]) for m in metrics] == [(3, "loss", 0.25)]
+    result = launchbay(live_api.url, "download", job_id, "-o", str(tmp_path / "w.pt"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "w.pt").read_bytes() == b"weights" * 1000
+
+
+def test_errors_exit_with_their_status(live_api: LiveApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = launchbay(live_api.url, "status", "nope")
+    assert missing.exit_code == 1
+    assert missing.stderr.startswith("error not_found: ")
+
+    no_token = launchbay(live_api.url, "list", token=None)
+    assert no_token.exit_code == 1
+    assert "LAUNCHBAY_TOKEN" in no_token.stderr
+
+    monkeypatch.setattr(Client, "_backoff", lambda self, attempt, server_ms=None: None)
+    nobody = f"http://127.0.0.1:{free_port()}"
+    unreachable = launchbay(nobody, "list")
+    assert unreachable.exit_code == 3
+    assert f"cannot reach Launchbay at {nobody}" in unreachable.stderr

@@ -1,0 +1,44 @@
+"""The live job view behind `launchbay watch`, on a terminal."""
+
+import io
+
+from rich.console import Console
+
+from client import Client
+from client.sse import Event
+from client.watch import JobView, follow_job
+from tests.unit.client.conftest import FakeApi, job, reply
+from tests.unit.client.test_client_sse import EVENTS, sse
+
+
+def test_live_display_on_a_terminal(api: FakeApi, lb: Client) -> None:
+    final = job(state="succeeded", exit_reason="completed")
+    api.on("GET", "/v1/jobs/j1", reply(200, job(state="queued")), reply(200, final))
+    stream = sse(
+        (1, "state", {"state": "running"}),
+        (2, "metric", {"step": 60, "epoch": 1, "name": "accuracy", "value": 0.875}),
+        (3, "log", {"seq": 3, "rank": 0, "line": "[not markup] epoch 1"}),
+        (4, "state", {"state": "succeeded", "exit_reason": "completed"}),
+    )
+    api.on("GET", EVENTS, reply(200, content=stream))
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=100, color_system=None)
+    assert follow_job(lb, "j1", console)["state"] == "succeeded"
+    shown = out.getvalue()
+    for text in ("job j1", "succeeded", "[rank 0] [not markup] epoch 1", "loss 0.5"):
+        assert text in shown
+
+
+def test_progress_counts_steps_when_total_steps_is_known() -> None:
+    view = JobView(job(progress={"step": 0, "epoch": 0, "total_steps": 200}))
+    view.apply(Event("5", "metric", {"step": 50, "epoch": 0, "name": "loss", "value": 0.1}))
+    (task,) = view.progress.tasks
+    assert (task.description, task.completed, task.total) == ("step", 50, 200)
+    assert view.job["latest_metrics"]["loss"] == 0.1
+    assert view.last_seq == 5
+
+
+def test_progress_falls_back_to_epochs() -> None:
+    view = JobView(job(progress={"step": 30, "epoch": 1, "total_steps": None}))
+    (task,) = view.progress.tasks
+    assert (task.description, task.completed, task.total) == ("epoch", 1, 2)
