@@ -1,0 +1,197 @@
+"""save_checkpoint is atomic and loads into a plain model; resuming restores everything."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from jobs.runtime import (
+    DistContext,
+    checkpoint,
+    env,
+    load_resume_state,
+    prepare_model,
+    restore,
+    resume_position,
+    save_checkpoint,
+    setup_distributed,
+    teardown_distributed,
+)
+from jobs.runtime.testing import free_port
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+@pytest.fixture
+def dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    ckpt_dir, events_file = tmp_path / "ckpt", tmp_path / "events.jsonl"
+    monkeypatch.setenv(env.CHECKPOINT_DIR, str(ckpt_dir))
+    monkeypatch.setenv(env.EVENTS_FILE, str(events_file))
+    return ckpt_dir, events_file
+
+
+@pytest.fixture
+def torchrun_world_of_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[DistContext]:
+    """What torchrun --nproc_per_node 1 gives a script: a real (gloo) group of one rank."""
+    for name, value in {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "TORCHELASTIC_RUN_ID": "unit-test",
+        env.DEVICE: "cpu",
+    }.items():
+        monkeypatch.setenv(name, value)
+    ctx = setup_distributed()
+    assert dist.is_initialized()
+    yield ctx
+    teardown_distributed()
+
+
+def train_a_little(model: nn.Module) -> tuple[torch.optim.Optimizer, Any]:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(torch.randn(5, 4)).sum().backward()
+        optimizer.step()
+        scheduler.step()
+    return optimizer, scheduler
+
+
+def test_a_ddp_model_is_saved_unwrapped_and_loads_strictly_into_a_plain_one(
+    dirs: tuple[Path, Path], torchrun_world_of_one: DistContext
+) -> None:
+    ckpt_dir, events_file = dirs
+    assert prepare_model(Net(), torchrun_world_of_one).__class__ is Net, "no DDP for one rank"
+    model = nn.parallel.DistributedDataParallel(Net())
+    optimizer, scheduler = train_a_little(model)
+    path = save_checkpoint(
+        model, optimizer, scheduler, step=120, epoch=1, metrics={"loss": 0.31},
+        sampler_position=7, extra={"note": "x"},
+    )  # fmt: skip
+    assert path == ckpt_dir / "step-000000120.pt"
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    assert not any(key.startswith("module.") for key in state["model"])
+    plain = Net()
+    plain.load_state_dict(state["model"], strict=True)
+    for name, value in model.module.state_dict().items():
+        assert torch.equal(plain.state_dict()[name], value)
+    assert (state["step"], state["epoch"], state["sampler_position"]) == (120, 1, 7)
+    assert state["extra"] == {"note": "x"} and state["world_size"] == 1
+    (line,) = [json.loads(raw) for raw in events_file.read_text().splitlines()]
+    assert line == {
+        "type": "checkpoint",
+        "path": "step-000000120.pt",
+        "step": 120,
+        "epoch": 1,
+        "metrics": {"loss": 0.31},
+        "ts": line["ts"],
+    }
+
+
+def test_the_line_is_written_only_once_the_file_is_complete(
+    dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ckpt_dir, _ = dirs
+    seen: list[list[str]] = []
+    real_write_event = checkpoint.write_event
+
+    def checking_write_event(event: Any) -> bool:
+        final = ckpt_dir / event["path"]
+        torch.load(final, weights_only=True)  # complete and readable already
+        seen.append(sorted(p.name for p in ckpt_dir.iterdir()))
+        return real_write_event(event)
+
+    monkeypatch.setattr(checkpoint, "write_event", checking_write_event)
+    save_checkpoint(Net(), step=5, epoch=0)
+    assert seen == [["step-000000005.pt"]], "no temporary file is left next to it"
+
+
+def test_a_failed_save_leaves_no_file_and_no_line(
+    dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ckpt_dir, events_file = dirs
+
+    def broken_replace(src: Any, dst: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(Net(), step=9, epoch=0)
+    monkeypatch.undo()
+    assert list(ckpt_dir.iterdir()) == []
+    assert not events_file.exists()
+
+
+def test_other_ranks_neither_write_nor_wait(
+    dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ckpt_dir, events_file = dirs
+    monkeypatch.setenv("RANK", "1")
+    assert save_checkpoint(Net(), step=1, epoch=0) is None
+    assert not ckpt_dir.exists() and not events_file.exists()
+
+
+def test_resume_restores_model_optimizer_scheduler_and_position(
+    dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = Net()
+    optimizer, scheduler = train_a_little(model)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    path = save_checkpoint(model, optimizer, scheduler, scaler, step=30, epoch=2,
+                           sampler_position=10)  # fmt: skip
+    assert load_resume_state() is None, "no LAUNCHBAY_RESUME_FROM: a fresh start"
+    monkeypatch.setenv(env.RESUME_FROM, str(path))
+    state = load_resume_state()
+    assert state is not None
+    fresh = Net()
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=0.01)
+    fresh_scheduler = torch.optim.lr_scheduler.StepLR(fresh_optimizer, step_size=1, gamma=0.5)
+    restore(state, fresh, fresh_optimizer, fresh_scheduler, torch.amp.GradScaler("cpu"))
+    for name, value in model.state_dict().items():
+        assert torch.equal(fresh.state_dict()[name], value)
+    assert fresh_scheduler.last_epoch == scheduler.last_epoch == 3
+    assert fresh_optimizer.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]
+    moments = [s["exp_avg"] for s in fresh_optimizer.state.values()]
+    assert moments and all(m.abs().sum() > 0 for m in moments)
+    assert resume_position(state, batches_per_epoch=10) == (3, 0), "saved at the epoch's end"
+    assert resume_position({**state, "sampler_position": 4}, batches_per_epoch=10) == (2, 4)
+
+
+def test_a_prefixed_state_dict_from_other_code_is_accepted(tmp_path: Path) -> None:
+    model = Net()
+    prefixed = {f"module.{k}": v for k, v in model.state_dict().items()}
+    fresh = Net()
+    restore({"model": prefixed}, fresh)
+    assert all(torch.equal(fresh.state_dict()[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_missing_resume_file_is_an_error_not_a_fresh_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(env.RESUME_FROM, str(tmp_path / "gone.pt"))
+    with pytest.raises(FileNotFoundError, match="gone.pt"):
+        load_resume_state()
+
+
+def test_checkpoint_files_sort_by_step() -> None:
+    names = [checkpoint.checkpoint_name(s) for s in (1000, 20, 3)]
+    assert sorted(names) == [checkpoint.checkpoint_name(s) for s in (3, 20, 1000)]
+    assert os.path.basename(names[0]) == "step-000001000.pt"
