@@ -22,6 +22,11 @@ def cancel_key(job_id: str) -> str:
     return f"{KEY_PREFIX}:cancel:{job_id}"
 
 
+def heartbeat_key(job_id: str) -> str:
+    """Set with a short TTL by the worker supervising the job; gone means no worker is on it."""
+    return f"{KEY_PREFIX}:heartbeat:{job_id}"
+
+
 def rq_timeout_for(job: Job, grace_s: float) -> int:
     timeout_s = job.spec.get("timeout_s")
     if timeout_s is None:

@@ -14,7 +14,7 @@ from sqlalchemy import delete, func, update
 from sqlmodel import Session, col, select
 
 from jobs.spec import JobSpec
-from jobs.states import JobState, states_that_can_become
+from jobs.states import ACTIVE_STATES, JobState, states_that_can_become
 from service.models import Checkpoint, Job, JobEvent, LogLine, MetricPoint, utcnow
 
 
@@ -189,6 +189,77 @@ def append_metric_points(
         for key, value in (progress or {}).items():
             setattr(job, key, value)
         session.add(job)
+    session.commit()
+
+
+def touch_job_heartbeat(session: Session, job_id: str, attempt: int) -> JobState | None:
+    """Set `last_heartbeat` of the job's running attempt and return its state (and commit).
+
+    None when the job is no longer this attempt's to run (retried, finished by someone else,
+    deleted): the caller should stop.
+    """
+    stmt = (
+        update(Job)
+        .where(
+            col(Job.id) == job_id,
+            col(Job.attempt) == attempt,
+            col(Job.state).in_(ACTIVE_STATES),
+        )
+        .values(last_heartbeat=utcnow())
+        .returning(col(Job.state))
+    )
+    state = session.execute(stmt).scalar_one_or_none()
+    session.commit()
+    return None if state is None else JobState(state)
+
+
+def register_checkpoint(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    *,
+    path: str,
+    step: int | None,
+    epoch: int | None,
+    metrics: dict[str, float],
+    size: int,
+    sha256: str,
+) -> Checkpoint:
+    """Insert a verified checkpoint file (`path` relative to the data dir) and commit.
+
+    A file saved again under the same name replaces the row of its earlier version.
+    """
+    seq = allocate_seq(session, job_id)  # first: the job row lock orders every writer alike
+    session.execute(
+        delete(Checkpoint).where(col(Checkpoint.job_id) == job_id, col(Checkpoint.path) == path)
+    )
+    checkpoint = Checkpoint(
+        id=new_id(),
+        job_id=job_id,
+        seq=seq,
+        attempt=attempt,
+        step=step,
+        epoch=epoch,
+        metrics=metrics,
+        size=size,
+        sha256=sha256,
+        path=path,
+        created_at=utcnow(),
+    )
+    session.add(checkpoint)
+    session.commit()
+    return checkpoint
+
+
+def delete_checkpoints(session: Session, job_id: str, checkpoint_ids: Sequence[str]) -> None:
+    """Remove checkpoint rows of a job (their files are the caller's) and commit."""
+    if not checkpoint_ids:
+        return
+    session.execute(
+        delete(Checkpoint).where(
+            col(Checkpoint.job_id) == job_id, col(Checkpoint.id).in_(list(checkpoint_ids))
+        )
+    )
     session.commit()
 
 

@@ -1,0 +1,70 @@
+"""The RQ entry point: a real worker takes the job off its queue (burst mode), and a worker's
+cold shutdown stops the running job's processes before its work horse dies."""
+
+import os
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from rq import Queue
+
+from service.db import session_scope
+from service.models import Job
+from service.queue import enqueue_attempt
+from tests.integration.worker.conftest import WorkerEnv, job_processes
+from tests.support.procs import start, stop, wait_until
+from worker.main import run_worker
+
+
+def enqueue(env: WorkerEnv, job_id: str) -> None:
+    with session_scope(env.engine) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        enqueue_attempt(env.redis, job, grace_s=env.settings.cancel_grace_s)
+
+
+def test_burst_worker_runs_a_queued_job(wenv: WorkerEnv) -> None:
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    job_id = wenv.submit("flaky.py", queue=queue, max_restarts=1)
+    enqueue(wenv, job_id)
+    name = f"test-worker-{uuid.uuid4().hex[:8]}"
+
+    assert run_worker([queue], burst=True, settings=wenv.settings, name=name)
+
+    job = wenv.job(job_id)
+    assert (job.state, job.exit_reason, job.worker) == ("succeeded", "completed", name)
+    assert any(line.line.startswith("rank 0 restart") for line in wenv.logs(job_id))
+    assert Queue(queue, connection=wenv.redis).count == 0
+
+
+def test_cold_shutdown_stops_the_job_first(wenv: WorkerEnv, tmp_path: Path) -> None:
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    job_id = wenv.submit("sleeper.py", queue=queue, args=["--ignore-sigterm-rank", "1"])
+    enqueue(wenv, job_id)
+    settings = wenv.settings
+    env = {
+        **os.environ,
+        "LAUNCHBAY_DATA_DIR": str(settings.data_dir),
+        "LAUNCHBAY_DATABASE_URL": str(settings.database_url),
+        "LAUNCHBAY_REDIS_URL": settings.redis_url,
+        "LAUNCHBAY_CANCEL_GRACE_S": str(settings.cancel_grace_s),
+        "LAUNCHBAY_WORKER_POLL_S": str(settings.worker_poll_s),
+    }
+    code = f"from worker.main import run_worker; run_worker([{queue!r}])"
+    proc = start([sys.executable, "-c", code], env, tmp_path / "worker.log")
+    try:
+        assert wait_until(lambda: len(job_processes({job_id})) >= 3, timeout=60)
+        assert wait_until(lambda: wenv.job(job_id).state == "running", timeout=10)
+        os.kill(proc.pid, signal.SIGTERM)  # warm: would wait for the job...
+        time.sleep(1.5)  # (RQ ignores a second signal within a second)
+        os.kill(proc.pid, signal.SIGTERM)  # ...cold: stop it now
+        assert wait_until(lambda: proc.poll() is not None, timeout=settings.cancel_grace_s + 20)
+    finally:
+        stop(proc)
+    job = wenv.job(job_id)
+    log = (tmp_path / "worker.log").read_text()
+    assert (job.state, job.exit_reason) == ("failed", "worker_lost"), log
+    assert job.message is not None and "shut down while the job ran" in job.message
+    assert not job_processes({job_id})

@@ -1,0 +1,202 @@
+"""build_launch: the command, environment and directory of an attempt, without launching."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobs.spec import JobSpec
+from worker.launch import RANK_ENTRY, LaunchPlan, RunPaths, build_launch
+
+DATA = Path("/data")
+PATHS = RunPaths.for_attempt(DATA, "job1", 3)
+PY = "/venv/bin/python"
+CODE_ID = "ab" * 32
+
+
+def spec(**fields: Any) -> JobSpec:
+    base: dict[str, Any] = {"name": "t"}
+    if "code" not in fields:
+        base["recipe"] = "synthetic"
+    return JobSpec(**{**base, **fields})
+
+
+def plan(
+    job_spec: JobSpec,
+    *,
+    cuda: bool = False,
+    resume: Path | None = None,
+    base_env: dict[str, str] | None = None,
+) -> LaunchPlan:
+    return build_launch(
+        job_spec,
+        job_id="job1",
+        attempt=3,
+        paths=PATHS,
+        resume_from=resume,
+        cuda_available=cuda,
+        port=29999,
+        python=PY,
+        base_env=base_env or {},
+        recipe_module="jobs.recipes.synthetic" if job_spec.recipe else None,
+    )
+
+
+def test_paths_of_an_attempt() -> None:
+    assert PATHS.run_dir == DATA / "runs/job1/attempt-3"
+    assert PATHS.events_file == DATA / "runs/job1/attempt-3/events.jsonl"
+    assert PATHS.checkpoint_dir == DATA / "checkpoints/job1"
+    assert PATHS.log_dir == DATA / "runs/job1/attempt-3/logs"
+    assert PATHS.rank_log(1) == DATA / "runs/job1/attempt-3/logs/rank-1.log"
+    assert PATHS.code_dir == DATA / "runs/job1/attempt-3/code"
+
+
+def test_torchrun_recipe() -> None:
+    result = plan(spec(nproc_per_node=4, max_restarts=2, args=["--x", "1"]))
+    assert result.argv == [
+        PY,
+        "-P",
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        "--nproc-per-node=4",
+        "--max-restarts=2",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:29999",
+        "--rdzv-id=job1-3",
+        "--local-addr=127.0.0.1",
+        f"--log-dir={PATHS.log_dir / 'torchelastic'}",
+        str(RANK_ENTRY),
+        "--log-dir",
+        str(PATHS.log_dir),
+        "--module",
+        "jobs.recipes.synthetic",
+        "--x",
+        "1",
+    ]
+    assert result.cwd == PATHS.run_dir
+    assert (result.launcher, result.expected_ranks) == ("torchrun", 4)
+    assert "MASTER_PORT" not in result.env  # torchrun's to set
+
+
+def test_torchrun_code_entrypoint() -> None:
+    code = {"code_id": CODE_ID, "entrypoint": "src/train.py"}
+    result = plan(spec(code=code, args=["a"]))
+    tail = result.argv[result.argv.index(str(RANK_ENTRY)) :]
+    assert tail == [
+        str(RANK_ENTRY),
+        "--log-dir",
+        str(PATHS.log_dir),
+        "--script",
+        str(PATHS.code_dir / "src/train.py"),
+        "a",
+    ]
+    assert result.cwd == PATHS.code_dir
+
+
+def test_pass_local_rank_arg() -> None:
+    result = plan(spec(code={"code_id": CODE_ID}, pass_local_rank_arg=True, args=["a"]))
+    tail = result.argv[result.argv.index(str(RANK_ENTRY)) + 3 :]
+    assert tail == ["--local-rank-arg", "--script", str(PATHS.code_dir / "train.py"), "a"]
+
+
+def test_python_launcher() -> None:
+    code = {"code_id": CODE_ID, "entrypoint": "main.py"}
+    result = plan(spec(code=code, launcher="python", nproc_per_node=3, args=["b"]))
+    assert result.argv == [
+        PY,
+        "-u",
+        str(RANK_ENTRY),
+        "--log-dir",
+        str(PATHS.log_dir),
+        "--script",
+        str(PATHS.code_dir / "main.py"),
+        "b",
+    ]
+    assert (result.launcher, result.expected_ranks) == ("python", 1)
+    env = result.env
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["WORLD_SIZE"]) == (
+        "127.0.0.1",
+        "29999",
+        "3",
+    )
+
+
+def test_launchbay_environment() -> None:
+    job_spec = spec(config={"epochs": 2}, amp="bf16", checkpoint={"keep_last": 5})
+    env = plan(job_spec).env
+    assert env["LAUNCHBAY_JOB_ID"] == "job1"
+    assert env["LAUNCHBAY_ATTEMPT"] == "3"
+    assert env["LAUNCHBAY_EVENTS_FILE"] == str(PATHS.events_file)
+    assert env["LAUNCHBAY_CHECKPOINT_DIR"] == str(PATHS.checkpoint_dir)
+    assert json.loads(env["LAUNCHBAY_CONFIG"]) == job_spec.config
+    assert json.loads(env["LAUNCHBAY_CONFIG"])["epochs"] == 2
+    assert env["LAUNCHBAY_AMP"] == "bf16"
+    assert json.loads(env["LAUNCHBAY_CHECKPOINT"])["keep_last"] == 5
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert "LAUNCHBAY_RESUME_FROM" not in env
+
+
+def test_resume_path_only_when_there_is_one() -> None:
+    resume = DATA / "checkpoints/job1/step-10.pt"
+    assert plan(spec(), resume=resume).env["LAUNCHBAY_RESUME_FROM"] == str(resume)
+    stale = {"LAUNCHBAY_RESUME_FROM": "/old.pt"}
+    assert "LAUNCHBAY_RESUME_FROM" not in plan(spec(), base_env=stale).env
+
+
+@pytest.mark.parametrize(
+    ("fields", "cuda", "device", "backend", "omp"),
+    [
+        ({}, False, "cpu", "gloo", "1"),
+        ({}, True, "cuda", "nccl", None),
+        ({"device": "cpu"}, True, "cpu", "gloo", "1"),
+        ({"backend": "gloo"}, True, "cuda", "gloo", None),
+        ({"device": "cuda"}, True, "cuda", "nccl", None),
+    ],
+)
+def test_device_and_backend_resolution(
+    fields: dict[str, str], cuda: bool, device: str, backend: str, omp: str | None
+) -> None:
+    env = plan(spec(**fields), cuda=cuda).env
+    assert (env["LAUNCHBAY_DEVICE"], env["LAUNCHBAY_BACKEND"]) == (device, backend)
+    assert env.get("OMP_NUM_THREADS") == omp
+
+
+def test_environment_precedence() -> None:
+    base = {
+        "PATH": "/bin",
+        "FOO": "worker",
+        "OMP_NUM_THREADS": "8",
+        "LAUNCHBAY_TEST_SESSION": "marker",
+        "LAUNCHBAY_DATABASE_URL": "postgresql://u:secret@db/x",
+        "LAUNCHBAY_ADMIN_TOKEN": "secret",
+        "RANK": "5",
+        "MASTER_PORT": "1",
+        "TORCHELASTIC_RUN_ID": "old",
+    }
+    user = {"FOO": "user", "BAR": "1", "LAUNCHBAY_JOB_ID": "hijack", "PYTHONUNBUFFERED": "0"}
+    env = plan(spec(env=user), base_env=base).env
+    assert (env["PATH"], env["FOO"], env["BAR"]) == ("/bin", "user", "1")
+    assert env["LAUNCHBAY_JOB_ID"] == "job1" and env["PYTHONUNBUFFERED"] == "1"
+    assert env["OMP_NUM_THREADS"] == "1"  # CPU: one thread per rank unless the spec says
+    assert env["LAUNCHBAY_TEST_SESSION"] == "marker"
+    for hidden in ("LAUNCHBAY_DATABASE_URL", "LAUNCHBAY_ADMIN_TOKEN", "RANK", "MASTER_PORT"):
+        assert hidden not in env
+    assert "TORCHELASTIC_RUN_ID" not in env
+    assert plan(spec(env={"OMP_NUM_THREADS": "4"}), base_env=base).env["OMP_NUM_THREADS"] == "4"
+
+
+def test_recipe_needs_its_module() -> None:
+    with pytest.raises(ValueError, match="needs its module"):
+        build_launch(
+            spec(),
+            job_id="j",
+            attempt=1,
+            paths=PATHS,
+            resume_from=None,
+            cuda_available=False,
+            port=1,
+            python=PY,
+            base_env={},
+        )

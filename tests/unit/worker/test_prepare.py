@@ -1,0 +1,69 @@
+"""Checks before a launch, the copy of uploaded code, and torchrun's restart directories."""
+
+from pathlib import Path
+
+import pytest
+
+from jobs.spec import JobSpec
+from worker.prepare import CudaInfo, LaunchProblem, check_resources, prepare_code, recipe_module
+from worker.supervise import elastic_restart_count
+
+CODE_ID = "cd" * 32
+
+
+def spec(**fields: object) -> JobSpec:
+    return JobSpec.model_validate({"name": "t", "code": {"code_id": CODE_ID}, **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "cuda", "problem"),
+    [
+        ({"nnodes": 2}, CudaInfo(True, 8), "single-node"),
+        ({"device": "cuda"}, CudaInfo(False, 0), "no CUDA device"),
+        ({"backend": "nccl"}, CudaInfo(False, 0), "backend=nccl"),
+        ({"nproc_per_node": 4}, CudaInfo(True, 2), "nproc_per_node=4, but this worker has 2"),
+    ],
+)
+def test_resource_problems(fields: dict[str, object], cuda: CudaInfo, problem: str) -> None:
+    with pytest.raises(LaunchProblem, match=problem):
+        check_resources(spec(**fields), cuda)
+
+
+def test_resources_that_fit() -> None:
+    check_resources(spec(nproc_per_node=4), CudaInfo(False, 0))  # CPU ranks: no device limit
+    check_resources(spec(nproc_per_node=2), CudaInfo(True, 2))
+    check_resources(spec(device="cpu", nproc_per_node=8), CudaInfo(True, 1))
+
+
+def test_unknown_recipe() -> None:
+    with pytest.raises(LaunchProblem, match="unknown recipe"):
+        recipe_module("no-such-recipe")
+
+
+def test_code_directory_is_copied(tmp_path: Path) -> None:
+    upload = tmp_path / "code" / CODE_ID
+    (upload / "pkg").mkdir(parents=True)
+    (upload / "train.py").write_text("print(1)\n")
+    (upload / "pkg" / "util.py").write_text("X = 1\n")
+    target = tmp_path / "run" / "code"
+
+    assert prepare_code(tmp_path / "code", CODE_ID, target, "train.py") == target / "train.py"
+    assert (target / "pkg" / "util.py").read_text() == "X = 1\n"
+    with pytest.raises(LaunchProblem, match="entrypoint 'pkg' is not a file"):
+        prepare_code(tmp_path / "code", CODE_ID, tmp_path / "other", "pkg")
+
+
+def test_single_file_upload_and_missing_code(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / CODE_ID).write_text("print(1)\n")
+    target = tmp_path / "run" / "code"
+    assert prepare_code(tmp_path / "code", CODE_ID, target, "main.py").read_text() == "print(1)\n"
+    with pytest.raises(LaunchProblem, match="not on this worker"):
+        prepare_code(tmp_path / "code", "ef" * 32, target, "main.py")
+
+
+def test_elastic_restart_count(tmp_path: Path) -> None:
+    assert elastic_restart_count(tmp_path / "missing") == 0
+    for name in ("attempt_0", "attempt_2", "attempt_1", "other"):
+        (tmp_path / "job-1_abc" / name).mkdir(parents=True)
+    assert elastic_restart_count(tmp_path) == 2

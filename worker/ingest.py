@@ -1,0 +1,210 @@
+"""Tail what the ranks write (their log files, rank 0's events file) into the database.
+
+The ranks never wait on the worker: they append to files, and the supervisor loop reads the new
+bytes of each file from the offset it reached last time. Only complete lines are taken (a
+partial last line waits for its newline, or for the end of the run); each poll stores its lines
+in one transaction per table. When the database is slow or down, the batch is kept and retried
+on the next poll; nothing more is read until it is stored.
+"""
+
+import logging
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from service.db import session_scope
+from service.store import NewLogLine, NewMetricPoint, append_log_lines, append_metric_points
+from worker.events import (
+    CheckpointEvent,
+    InvalidEvent,
+    MetricEvent,
+    metric_points,
+    parse_event_line,
+)
+
+log = logging.getLogger(__name__)
+
+TRUNCATED_MARKER = " [... line truncated by launchbay]"
+BATCH_ROWS = 5000  # rows per transaction
+_RANK_LOG = re.compile(r"^rank-(\d+)\.log$")
+
+
+def clean_text(raw: bytes) -> str:
+    """Bytes of one line as text the database takes (PostgreSQL refuses NUL characters)."""
+    return raw.decode("utf-8", "replace").rstrip("\r").replace("\x00", "\ufffd")
+
+
+class LineReader:
+    """Complete lines appended to one file, read incrementally by byte offset.
+
+    A line longer than `max_line_bytes` is cut there and marked; the rest of it is skipped.
+    """
+
+    def __init__(self, path: Path, max_line_bytes: int, read_bytes: int = 1 << 20) -> None:
+        self.path = path
+        self.offset = 0
+        self.max_line_bytes = max_line_bytes
+        self.read_bytes = max(read_bytes, 2 * max_line_bytes + 2)
+        self._skipping = False
+
+    def _cut(self, raw: bytes) -> str:
+        return clean_text(raw[: self.max_line_bytes]) + TRUNCATED_MARKER
+
+    def read_lines(self, *, final: bool = False) -> list[str]:
+        """The complete lines written since the last call; with `final`, also a last line that
+        has no newline (the writer is gone)."""
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return []
+        if size < self.offset:  # replaced or truncated: start over
+            self.offset, self._skipping = 0, False
+        if size == self.offset:
+            return []
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read(min(size - self.offset, self.read_bytes))
+        lines: list[str] = []
+        start = 0
+        while (newline := data.find(b"\n", start)) != -1:
+            raw, start = data[start:newline], newline + 1
+            if self._skipping:
+                self._skipping = False
+            elif len(raw) > self.max_line_bytes:
+                lines.append(self._cut(raw))
+            else:
+                lines.append(clean_text(raw))
+        rest = data[start:]
+        if self._skipping:
+            start = len(data)
+        elif len(rest) > self.max_line_bytes:
+            lines.append(self._cut(rest))
+            self._skipping, start = True, len(data)
+        elif final and rest and len(data) == size - self.offset:
+            lines.append(clean_text(rest))
+            start = len(data)
+        self.offset += start
+        return lines
+
+    def drain(self) -> list[str]:
+        """Every line left in the file, the last one even without its newline."""
+        lines: list[str] = []
+        while batch := self.read_lines(final=True):
+            lines += batch
+        return lines
+
+
+class Ingestor:
+    """Everything an attempt's ranks write, from files to rows (one instance per attempt)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        job_id: str,
+        attempt: int,
+        *,
+        log_dir: Path,
+        events_file: Path,
+        max_line_bytes: int,
+        on_checkpoint: Callable[[CheckpointEvent], None],
+    ) -> None:
+        self.engine = engine
+        self.job_id = job_id
+        self.attempt = attempt
+        self.log_dir = log_dir
+        self.max_line_bytes = max_line_bytes
+        self.events = LineReader(events_file, max_line_bytes=1 << 20)
+        self.rank_logs: dict[int, LineReader] = {}
+        self.on_checkpoint = on_checkpoint
+        self.invalid_events = 0
+        self.last_event_at = time.monotonic()
+        self._events_size = 0
+        self.log_lines_seen = 0
+        self._logs: list[NewLogLine] = []
+        self._points: list[NewMetricPoint] = []
+        self._progress: dict[str, Any] = {}
+
+    def _discover_rank_logs(self) -> None:
+        try:
+            names = os.listdir(self.log_dir)
+        except FileNotFoundError:
+            return
+        for name in names:
+            match = _RANK_LOG.match(name)
+            if match and int(match.group(1)) not in self.rank_logs:
+                reader = LineReader(self.log_dir / name, self.max_line_bytes)
+                self.rank_logs[int(match.group(1))] = reader
+
+    def _read(self, final: bool) -> None:
+        now = time.time()
+        self._discover_rank_logs()
+        for rank, reader in sorted(self.rank_logs.items()):
+            lines = reader.drain() if final else reader.read_lines()
+            self._logs += [NewLogLine(rank=rank, ts=now, line=line) for line in lines]
+            self.log_lines_seen += len(lines)
+        lines = self.events.drain() if final else self.events.read_lines()
+        for line in lines:
+            try:
+                event = parse_event_line(line)
+            except InvalidEvent as exc:
+                self.invalid_events += 1
+                log.warning("job %s: skipped events line (%s): %.200s", self.job_id, exc, line)
+                continue
+            if isinstance(event, MetricEvent):
+                self._points += metric_points(event, now)
+                if event.total_steps is not None:
+                    self._progress["total_steps"] = event.total_steps
+            else:
+                self.on_checkpoint(event)
+
+    def _store(self) -> bool:
+        try:
+            while self._logs:
+                batch = self._logs[:BATCH_ROWS]
+                with session_scope(self.engine) as session:
+                    append_log_lines(session, self.job_id, self.attempt, batch)
+                del self._logs[: len(batch)]
+            while self._points:
+                batch_points = self._points[:BATCH_ROWS]
+                last = len(batch_points) == len(self._points)
+                with session_scope(self.engine) as session:
+                    append_metric_points(
+                        session,
+                        self.job_id,
+                        self.attempt,
+                        batch_points,
+                        progress=self._progress if last else None,
+                    )
+                del self._points[: len(batch_points)]
+            self._progress = {}
+        except SQLAlchemyError:
+            log.warning("job %s: storing logs/metrics failed; retrying", self.job_id, exc_info=True)
+            return False
+        return True
+
+    def _watch_events_file(self) -> None:
+        """Note when rank 0 last appended to its events file (read or not: the hang watchdog
+        must not fire because the database is slow)."""
+        try:
+            size = self.events.path.stat().st_size
+        except FileNotFoundError:
+            return
+        if size != self._events_size:
+            self._events_size = size
+            self.last_event_at = time.monotonic()
+
+    def poll(self, *, final: bool = False) -> bool:
+        """Read what is new and store it; False when the database refused (kept for next time)."""
+        self._watch_events_file()
+        if not self._logs and not self._points:
+            self._read(final)
+        elif final:
+            self._store()
+            self._read(final)
+        return self._store()

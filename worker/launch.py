@@ -1,0 +1,208 @@
+"""What to run for one attempt of a job: the command, its environment and its directory.
+
+`build_launch` is a pure function of the spec and the attempt's facts (paths, port, devices):
+it starts nothing and reads nothing, so every launch detail is tested without launching.
+
+Each rank's program is started through `rank_main.py` (see its docstring), which sends the
+rank's stdout and stderr to ``<log dir>/rank-<RANK>.log`` and records an uncaught exception:
+
+    torchrun:  python -P -m torch.distributed.run --nnodes=1 --nproc-per-node=N ...
+                   <worker>/rank_main.py --log-dir LOGS [--local-rank-arg]
+                   (--module M | --script S) ARGS
+    python:    python -u <worker>/rank_main.py --log-dir LOGS --script S ARGS    (one process)
+"""
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from jobs.spec import JobSpec
+
+RANK_ENTRY = Path(__file__).resolve().with_name("rank_main.py")
+LOCALHOST = "127.0.0.1"
+
+# Never handed to user code: credentials of the service itself.
+SECRET_ENV = frozenset(
+    {
+        "LAUNCHBAY_ADMIN_TOKEN",
+        "LAUNCHBAY_TOKEN",
+        "LAUNCHBAY_DATABASE_URL",
+        "LAUNCHBAY_REDIS_URL",
+    }
+)
+# Set by a launcher for its own children; inherited values would only mislead this launch.
+LAUNCHER_ENV = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "ROLE_NAME",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where one attempt lives on disk.
+
+    ``runs/<job>/attempt-<n>/`` holds the events file, ``logs/`` (one file per rank, the
+    launcher's own output, error records) and, for uploaded code, ``code/``; checkpoints go to
+    ``checkpoints/<job>/``, shared by every attempt so a retry can resume.
+    """
+
+    data_dir: Path
+    run_dir: Path
+    events_file: Path
+    checkpoint_dir: Path
+    log_dir: Path
+
+    @classmethod
+    def for_attempt(cls, data_dir: Path, job_id: str, attempt: int) -> "RunPaths":
+        run_dir = data_dir / "runs" / job_id / f"attempt-{attempt}"
+        return cls(
+            data_dir=data_dir,
+            run_dir=run_dir,
+            events_file=run_dir / "events.jsonl",
+            checkpoint_dir=data_dir / "checkpoints" / job_id,
+            log_dir=run_dir / "logs",
+        )
+
+    @property
+    def code_dir(self) -> Path:
+        return self.run_dir / "code"
+
+    @property
+    def launcher_log(self) -> Path:
+        return self.log_dir / "launcher.log"
+
+    @property
+    def torchelastic_dir(self) -> Path:
+        return self.log_dir / "torchelastic"
+
+    @property
+    def pids_file(self) -> Path:
+        return self.run_dir / "pids.json"
+
+    def rank_log(self, rank: int) -> Path:
+        return self.log_dir / f"rank-{rank}.log"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    # Processes that mean "the ranks have started": N under torchrun, the one process otherwise.
+    expected_ranks: int = 1
+    launcher: str = "torchrun"
+
+
+def build_launch(
+    spec: JobSpec,
+    *,
+    job_id: str,
+    attempt: int,
+    paths: RunPaths,
+    resume_from: Path | None,
+    cuda_available: bool,
+    port: int,
+    python: str,
+    base_env: Mapping[str, str],
+    recipe_module: str | None = None,
+) -> LaunchPlan:
+    """The command, environment and working directory of one attempt.
+
+    `port` is a free local port: torchrun's c10d rendezvous endpoint, or MASTER_PORT for the
+    `python` launcher. `recipe_module` is the recipe's module (required for `recipe:` specs).
+    `base_env` is the worker's own environment; the ranks get it minus the service's secrets,
+    then `spec.env`, then Launchbay's variables, which nothing overrides.
+    """
+    if spec.code is not None:
+        cwd = paths.code_dir
+        program = ["--script", str(paths.code_dir / spec.code.entrypoint)]
+    else:
+        if not recipe_module:
+            raise ValueError(f"recipe {spec.recipe!r} needs its module")
+        cwd = paths.run_dir
+        program = ["--module", recipe_module]
+    entry = [str(RANK_ENTRY), "--log-dir", str(paths.log_dir)]
+    if spec.pass_local_rank_arg and spec.launcher == "torchrun":
+        entry.append("--local-rank-arg")
+    entry += [*program, *spec.args]
+
+    env = build_env(
+        spec,
+        job_id=job_id,
+        attempt=attempt,
+        paths=paths,
+        resume_from=resume_from,
+        cuda_available=cuda_available,
+        base_env=base_env,
+    )
+    if spec.launcher == "python":
+        env.update(
+            MASTER_ADDR=LOCALHOST, MASTER_PORT=str(port), WORLD_SIZE=str(spec.nproc_per_node)
+        )
+        return LaunchPlan(argv=[python, "-u", *entry], env=env, cwd=cwd, launcher="python")
+
+    argv = [
+        python,
+        "-P",  # the working directory holds user code: it must not shadow torch itself
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={spec.nnodes}",
+        f"--nproc-per-node={spec.nproc_per_node}",
+        f"--max-restarts={spec.max_restarts}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={LOCALHOST}:{port}",
+        f"--rdzv-id={job_id}-{attempt}",
+        f"--local-addr={LOCALHOST}",
+        f"--log-dir={paths.torchelastic_dir}",
+        *entry,
+    ]
+    return LaunchPlan(argv=argv, env=env, cwd=cwd, expected_ranks=spec.nproc_per_node)
+
+
+def build_env(
+    spec: JobSpec,
+    *,
+    job_id: str,
+    attempt: int,
+    paths: RunPaths,
+    resume_from: Path | None,
+    cuda_available: bool,
+    base_env: Mapping[str, str],
+) -> dict[str, str]:
+    """Every rank's environment (see `build_launch` for the order of precedence)."""
+    env = {k: v for k, v in base_env.items() if k not in SECRET_ENV and k not in LAUNCHER_ENV}
+    env = {k: v for k, v in env.items() if not k.startswith("TORCHELASTIC_")}
+    env.update(spec.env)
+    uses_cuda = spec.uses_cuda(cuda_available)
+    if not uses_cuda and "OMP_NUM_THREADS" not in spec.env:
+        env["OMP_NUM_THREADS"] = "1"
+    env.pop("LAUNCHBAY_RESUME_FROM", None)
+    env.update(
+        {
+            "PYTHONUNBUFFERED": "1",
+            "LAUNCHBAY_JOB_ID": job_id,
+            "LAUNCHBAY_ATTEMPT": str(attempt),
+            "LAUNCHBAY_EVENTS_FILE": str(paths.events_file),
+            "LAUNCHBAY_CHECKPOINT_DIR": str(paths.checkpoint_dir),
+            "LAUNCHBAY_CONFIG": json.dumps(spec.config, separators=(",", ":")),
+            "LAUNCHBAY_AMP": spec.amp,
+            "LAUNCHBAY_DEVICE": "cuda" if uses_cuda else "cpu",
+            "LAUNCHBAY_BACKEND": spec.resolved_backend(cuda_available),
+            "LAUNCHBAY_CHECKPOINT": spec.checkpoint.model_dump_json(),
+        }
+    )
+    if resume_from is not None:
+        env["LAUNCHBAY_RESUME_FROM"] = str(resume_from)
+    return env

@@ -1,0 +1,258 @@
+"""The supervisor loop of one attempt: watch the launched processes until they end or must
+be stopped, ingesting what they write as they go.
+
+Every `Settings.worker_poll_s`:
+
+    record new processes -> ingest logs, events, checkpoints -> starting→running once the
+    ranks are up -> note elastic restarts -> launcher exited? -> cancel / timeout / hang /
+    worker shutdown? -> heartbeat (every HEARTBEAT_INTERVAL_S)
+
+Whatever ends the loop, every process of the job is stopped before it returns (a cancelled
+job is `cancelled` only once nothing of it runs). Each database write is a short session of
+its own; none is open while torchrun runs.
+"""
+
+import logging
+import time
+from collections.abc import Callable
+from enum import StrEnum
+from typing import TypeVar
+
+from redis import Redis
+from redis.exceptions import RedisError
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from jobs.spec import JobSpec
+from jobs.states import ExitReason, JobState
+from service.db import session_scope
+from service.queue import cancel_key, heartbeat_key
+from service.settings import Settings
+from service.store import add_job_event, touch_job_heartbeat, transition_job
+from worker.checkpoints import CheckpointRegistrar
+from worker.ingest import Ingestor
+from worker.launch import LaunchPlan, RunPaths
+from worker.outcome import Outcome, classify_exit, read_oom_kills
+from worker.supervise import (
+    ProcessTree,
+    elastic_restart_count,
+    shutdown_requested,
+    start_launcher,
+    stop_job_processes,
+)
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL_S = 5.0
+HEARTBEAT_TTL_S = 30
+T = TypeVar("T")
+
+
+class StopReason(StrEnum):
+    CANCEL = "cancel"
+    TIMEOUT = "timeout"
+    HANG = "hang"
+    SHUTDOWN = "shutdown"
+    LOST = "lost"  # the job is no longer this attempt's (retried, ended or deleted elsewhere)
+
+
+def retry_db(action: Callable[[], T], what: str, tries: int = 5, delay_s: float = 1.0) -> T | None:
+    for i in range(tries):
+        try:
+            return action()
+        except SQLAlchemyError:
+            log.warning("%s failed (try %d of %d)", what, i + 1, tries, exc_info=True)
+            time.sleep(delay_s)
+    return None
+
+
+class AttemptMonitor:
+    """Runs one launch plan to its end (see the module docstring)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        redis: Redis,
+        settings: Settings,
+        *,
+        job_id: str,
+        attempt: int,
+        spec: JobSpec,
+        plan: LaunchPlan,
+        paths: RunPaths,
+        worker_name: str,
+    ) -> None:
+        self.engine, self.redis, self.settings = engine, redis, settings
+        self.job_id, self.attempt, self.spec = job_id, attempt, spec
+        self.plan, self.paths, self.worker_name = plan, paths, worker_name
+        self.registrar = CheckpointRegistrar(
+            engine,
+            job_id,
+            attempt,
+            data_dir=paths.data_dir,
+            checkpoint_dir=paths.checkpoint_dir,
+            policy=spec.checkpoint,
+            settle_s=max(0.5, 2 * settings.worker_poll_s),
+        )
+        self.ingestor = Ingestor(
+            engine,
+            job_id,
+            attempt,
+            log_dir=paths.log_dir,
+            events_file=paths.events_file,
+            max_line_bytes=settings.max_log_line_bytes,
+            on_checkpoint=self.registrar.add,
+        )
+        self.running = False
+        self.restarts = 0
+        self.next_heartbeat = 0.0
+        self.tree: ProcessTree | None = None
+        self.survivors: list[int] = []
+
+    def run(self) -> tuple[Outcome | None, list[int]]:
+        """(the outcome, or None when the job was taken away; PIDs that outlived SIGKILL)."""
+        oom_before = read_oom_kills()
+        try:
+            tree = self.tree = start_launcher(
+                self.plan, self.paths.launcher_log, self.paths.pids_file
+            )
+        except OSError as exc:
+            return Outcome(
+                JobState.FAILED, ExitReason.LAUNCH_ERROR, None, f"cannot start: {exc}"
+            ), []
+        started = time.monotonic()
+        stop: StopReason | None = None
+        try:
+            while True:
+                tree.poll()
+                self.ingestor.poll()
+                self.registrar.poll()
+                self._note_progress(tree)
+                if tree.returncode() is not None:
+                    break
+                stop = self._stop_reason(started)
+                if stop is not None:
+                    log.info("job %s attempt %d: stopping (%s)", self.job_id, self.attempt, stop)
+                    break
+                time.sleep(self.settings.worker_poll_s)
+        finally:
+            survivors = stop_job_processes(tree, self.settings.cancel_grace_s)
+        self.survivors = survivors
+        self._note_restarts()  # one in the last moments still counts
+        self._final_ingest()
+        returncode = tree.returncode()
+        if stop is not None:
+            return self._stopped_outcome(stop, returncode), survivors
+        oom_after = read_oom_kills()
+        outcome = classify_exit(
+            returncode if returncode is not None else -1,
+            paths=self.paths,
+            launcher=self.plan.launcher,
+            ranks_started=self.running,
+            restart=self.restarts,
+            oom_killed=None not in (oom_before, oom_after) and oom_after != oom_before,
+        )
+        return outcome, survivors
+
+    def _note_progress(self, tree: ProcessTree) -> None:
+        if not self.running and (
+            self.plan.launcher == "python"
+            or tree.descendants >= self.plan.expected_ranks
+            or self.ingestor.log_lines_seen > 0
+        ):
+            self.running = True
+            retry_db(lambda: self._transition(JobState.RUNNING), "starting→running", tries=2)
+        self._note_restarts()
+
+    def _note_restarts(self) -> None:
+        if self.spec.max_restarts > 0:
+            count = elastic_restart_count(self.paths.torchelastic_dir)
+            while self.restarts < count:
+                self.restarts += 1
+                self._record_restart(self.restarts)
+
+    def _record_restart(self, restart: int) -> None:
+        log.info("job %s attempt %d: elastic restart %d", self.job_id, self.attempt, restart)
+        data: dict[str, object] = {"restart": restart, "max_restarts": self.spec.max_restarts}
+        retry_db(lambda: self._event("restart", data), "recording a restart", tries=2)
+
+    def _transition(self, target: JobState) -> bool:
+        with session_scope(self.engine) as session:
+            return transition_job(session, self.job_id, target, attempt=self.attempt)
+
+    def _event(self, kind: str, data: dict[str, object]) -> None:
+        with session_scope(self.engine) as session:
+            add_job_event(session, self.job_id, kind, self.attempt, data)
+
+    def _stop_reason(self, started: float) -> StopReason | None:
+        now = time.monotonic()
+        if shutdown_requested():
+            return StopReason.SHUTDOWN
+        if self.spec.timeout_s is not None and now - started >= self.spec.timeout_s:
+            return StopReason.TIMEOUT
+        hang_s = self.spec.hang_timeout_s
+        if hang_s is not None and now - max(started, self.ingestor.last_event_at) >= hang_s:
+            return StopReason.HANG
+        try:
+            if self.redis.exists(cancel_key(self.job_id)):
+                return StopReason.CANCEL
+        except RedisError:
+            log.warning("job %s: cannot read the cancel key", self.job_id, exc_info=True)
+        if now >= self.next_heartbeat:
+            self.next_heartbeat = now + HEARTBEAT_INTERVAL_S
+            return self._heartbeat()
+        return None
+
+    def _heartbeat(self) -> StopReason | None:
+        """Tell Redis and the database the attempt is alive; the job's state in the database
+        may say to stop (a cancel whose Redis key got lost, or the job is no longer ours)."""
+        try:
+            self.redis.set(heartbeat_key(self.job_id), self.worker_name, ex=HEARTBEAT_TTL_S)
+        except RedisError:
+            log.warning("job %s: heartbeat to Redis failed", self.job_id, exc_info=True)
+        try:
+            with session_scope(self.engine) as session:
+                state = touch_job_heartbeat(session, self.job_id, self.attempt)
+        except SQLAlchemyError:
+            log.warning("job %s: heartbeat to the database failed", self.job_id, exc_info=True)
+            return None
+        if state is None:
+            return StopReason.LOST
+        return StopReason.CANCEL if state is JobState.CANCELLING else None
+
+    def _final_ingest(self) -> None:
+        for _ in range(5):
+            if self.ingestor.poll(final=True):
+                break
+            time.sleep(1.0)
+        self.registrar.poll(final=True)
+
+    def _stopped_outcome(self, stop: StopReason, returncode: int | None) -> Outcome | None:
+        if stop is StopReason.LOST:
+            return None
+        if stop is StopReason.CANCEL:
+            return Outcome(
+                JobState.CANCELLED, ExitReason.CANCELLED, returncode, "cancelled on request"
+            )
+        if stop is StopReason.TIMEOUT:
+            message = f"stopped after timeout_s={self.spec.timeout_s:g} s"
+            return Outcome(JobState.FAILED, ExitReason.TIMEOUT, returncode, message)
+        if stop is StopReason.HANG:
+            hang_s = self.spec.hang_timeout_s
+            message = f"stopped: no new event from rank 0 for hang_timeout_s={hang_s:g} s"
+            return Outcome(JobState.FAILED, ExitReason.HANG, returncode, message)
+        message = (
+            f"worker {self.worker_name} shut down while the job ran; its processes were stopped"
+        )
+        return Outcome(JobState.FAILED, ExitReason.WORKER_LOST, returncode, message)
+
+    def notes(self) -> str | None:
+        """What ingestion skipped, for the job's final message."""
+        parts = []
+        if self.ingestor.invalid_events:
+            parts.append(f"{self.ingestor.invalid_events} invalid events-file line(s) skipped")
+        if self.registrar.rejected:
+            parts.append(f"{self.registrar.rejected} reported checkpoint(s) not registered")
+        if self.survivors:
+            parts.append(f"processes {self.survivors} survived SIGKILL")
+        return "; ".join(parts) if parts else None

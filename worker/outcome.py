@@ -1,0 +1,197 @@
+"""Why an attempt ended, from what its processes left behind: exit codes, torchrun's failure
+summary, the ranks' error records and the tails of their logs.
+
+The failing rank is the one that failed first: a rank killed by a signal torchrun does not send
+itself (it only SIGTERMs the others once one has failed), else the earliest Python error
+recorded by `rank_main.py`, else torchrun's own "root cause".
+"""
+
+import json
+import re
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from jobs.states import ExitReason, JobState
+from worker.launch import RunPaths
+
+TAIL_LINES = 20
+MAX_MESSAGE_CHARS = 8000
+# Exit of a rank that ran out of memory: the OOM killer's SIGKILL, or torch's own error.
+OOM_ERROR = re.compile(r"CUDA out of memory|OutOfMemoryError|\bMemoryError\b")
+OOM_KILL_TEXT = re.compile(r"\bKilled\b|[Oo]ut of memory")
+_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+_ROOT_CAUSE = "Root Cause (first observed failure):"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: JobState
+    reason: ExitReason
+    exit_code: int | None
+    message: str | None
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    rank: int
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    rank: int
+    exit_code: int
+    error: str
+    traceback: str
+    ts: float
+
+
+def read_tail(path: Path, max_bytes: int = 256 * 1024) -> str:
+    """The end of a text file ('' when there is none)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            return handle.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+
+
+def last_lines(text: str, count: int = TAIL_LINES) -> str:
+    return "\n".join(text.rstrip("\n").splitlines()[-count:])
+
+
+def parse_torchrun_failures(text: str) -> tuple[RankFailure | None, list[RankFailure]]:
+    """(root cause, every failure) from the last ChildFailedError summary torchrun printed."""
+    at = text.rfind(_ROOT_CAUSE)
+    if at == -1:
+        return None, []
+    start = text.rfind("Failures:", 0, at)
+    others = [RankFailure(int(r), int(c)) for r, c in _FAILURE.findall(text, max(start, 0), at)]
+    roots = [RankFailure(int(r), int(c)) for r, c in _FAILURE.findall(text, at)]
+    root = roots[0] if roots else None
+    return root, ([root] if root else []) + others
+
+
+def read_error_records(log_dir: Path, restart: int) -> dict[int, ErrorRecord]:
+    """What `rank_main.py` recorded about uncaught errors in the given elastic restart."""
+    records = {}
+    for file in log_dir.glob("rank-*.error.json"):
+        try:
+            data = json.loads(file.read_text())
+            if int(data.get("restart", 0)) != restart:
+                continue
+            record = ErrorRecord(
+                rank=int(data["rank"]),
+                exit_code=int(data.get("exit_code", 1)),
+                error=str(data.get("error", "")),
+                traceback=str(data.get("traceback", "")),
+                ts=float(data.get("ts", 0.0)),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        records[record.rank] = record
+    return records
+
+
+def find_failing_rank(launcher_text: str, records: dict[int, ErrorRecord]) -> RankFailure | None:
+    root, failures = parse_torchrun_failures(launcher_text)
+    codes = {f.rank: f.exit_code for f in failures}
+    killed = [f for f in failures if f.exit_code < 0 and f.exit_code != -signal.SIGTERM]
+    if killed:
+        return root if root in killed else killed[0]
+    if records:
+        first = min(records.values(), key=lambda r: r.ts)
+        return RankFailure(first.rank, codes.get(first.rank, first.exit_code))
+    return root
+
+
+def _describe_code(code: int) -> str:
+    if code < 0:
+        try:
+            return f"exit code {code}, {signal.Signals(-code).name}"
+        except ValueError:
+            return f"exit code {code}"
+    return f"exit code {code}"
+
+
+def _clip(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return message[:200] + "\n...\n" + message[-(MAX_MESSAGE_CHARS - 210) :]
+
+
+def classify_exit(
+    returncode: int,
+    *,
+    paths: RunPaths,
+    launcher: str,
+    ranks_started: bool,
+    restart: int = 0,
+    oom_killed: bool = False,
+) -> Outcome:
+    """The outcome of an attempt whose launcher exited by itself with `returncode`."""
+    if returncode == 0:
+        return Outcome(JobState.SUCCEEDED, ExitReason.COMPLETED, 0, None)
+    launcher_text = read_tail(paths.launcher_log)
+    records = read_error_records(paths.log_dir, restart)
+    if launcher == "python":
+        failure: RankFailure | None = RankFailure(0, returncode)
+    else:
+        failure = find_failing_rank(launcher_text, records)
+    if failure is None:
+        reason = ExitReason.USER_ERROR if ranks_started else ExitReason.LAUNCH_ERROR
+        if "RendezvousTimeoutError" in launcher_text:
+            reason = ExitReason.RENDEZVOUS_TIMEOUT
+        message = f"{launcher} exited with {_describe_code(returncode)}"
+        tail = last_lines(launcher_text)
+        return Outcome(JobState.FAILED, reason, returncode, _clip(f"{message}\n{tail}".strip()))
+
+    record = records.get(failure.rank)
+    rank_tail = last_lines(read_tail(paths.rank_log(failure.rank)))
+    head = f"rank {failure.rank} failed ({_describe_code(failure.exit_code)})"
+    if record is not None and record.error:
+        message = f"{head}: {record.error}\n{last_lines(record.traceback) or rank_tail}"
+    else:
+        message = f"{head}\n{rank_tail}"
+    oom = OOM_ERROR.search(record.error if record else rank_tail) is not None
+    if failure.exit_code in (-signal.SIGKILL, 128 + signal.SIGKILL):
+        oom = oom or oom_killed or bool(OOM_KILL_TEXT.search(rank_tail + launcher_text[-4096:]))
+    reason = ExitReason.OOM if oom else ExitReason.USER_ERROR
+    return Outcome(JobState.FAILED, reason, failure.exit_code, _clip(message.strip()))
+
+
+def _oom_counter_file() -> Path | None:
+    """The memory cgroup file that counts OOM kills in this process's cgroup (v2, then v1)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            candidate = Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events"
+        elif "memory" in controllers.split(","):
+            candidate = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.oom_control"
+        else:
+            continue
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def read_oom_kills() -> int | None:
+    """How many processes the kernel has OOM-killed in our cgroup so far (None: unknown)."""
+    file = _oom_counter_file()
+    if file is None:
+        return None
+    try:
+        for line in file.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+    except (OSError, ValueError):
+        return None
+    return None

@@ -1,0 +1,148 @@
+"""Everything an attempt needs before its launch: checks that would only fail later and less
+clearly (devices, modules, entrypoint), its directories, its copy of the code, the checkpoint
+to resume from and a free port. A failed check is a `LaunchProblem`: the job fails with
+exit reason `launch_error` and the problem as its message.
+"""
+
+import importlib.util
+import os
+import shutil
+import socket
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import ValidationError
+from sqlalchemy.engine import Engine
+
+from jobs.spec import JobSpec
+from service.db import session_scope
+from service.store import list_checkpoints
+from worker.launch import LaunchPlan, RunPaths, build_launch
+
+
+class LaunchProblem(Exception):
+    """The attempt cannot be launched; the message says why, for the job's user."""
+
+
+@dataclass(frozen=True)
+class CudaInfo:
+    available: bool
+    device_count: int
+
+
+@lru_cache
+def detect_cuda() -> CudaInfo:
+    """The CUDA devices this worker can give to ranks (asked once per process)."""
+    import torch
+
+    available = bool(torch.cuda.is_available())
+    return CudaInfo(available, torch.cuda.device_count() if available else 0)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def parse_spec(raw: dict[str, object]) -> JobSpec:
+    try:
+        return JobSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise LaunchProblem(f"the job spec is no longer valid here: {exc}") from None
+
+
+def check_resources(spec: JobSpec, cuda: CudaInfo) -> None:
+    if spec.nnodes != 1:
+        raise LaunchProblem(f"nnodes={spec.nnodes}: this worker runs single-node jobs only")
+    if spec.device == "cuda" and not cuda.available:
+        raise LaunchProblem("device=cuda, but this worker has no CUDA device")
+    uses_cuda = spec.uses_cuda(cuda.available)
+    if spec.backend == "nccl" and not uses_cuda:
+        raise LaunchProblem("backend=nccl needs CUDA devices; use gloo (or auto) on CPU")
+    if uses_cuda and spec.launcher == "torchrun" and spec.nproc_per_node > cuda.device_count:
+        raise LaunchProblem(
+            f"nproc_per_node={spec.nproc_per_node}, but this worker has "
+            f"{cuda.device_count} CUDA device(s)"
+        )
+    if spec.launcher == "torchrun" and importlib.util.find_spec("torch.distributed.run") is None:
+        raise LaunchProblem("torchrun (torch.distributed.run) cannot be imported on this worker")
+
+
+def recipe_module(name: str) -> str:
+    from jobs.recipes import RECIPES
+
+    recipe = RECIPES.get(name)
+    if recipe is None:
+        raise LaunchProblem(f"unknown recipe {name!r}")
+    try:
+        found = importlib.util.find_spec(recipe.module)
+    except ImportError:
+        found = None
+    if found is None:
+        raise LaunchProblem(f"the module {recipe.module} of recipe {name!r} cannot be found")
+    return recipe.module
+
+
+def prepare_code(code_store: Path, code_id: str, target: Path, entrypoint: str) -> Path:
+    """Copy uploaded code (`<code_store>/<code_id>`: an unpacked directory, or a single file)
+    into `target`, and return the entrypoint's path there."""
+    source = code_store / code_id
+    if source.is_dir():
+        shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+    elif source.is_file():
+        (target / entrypoint).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target / entrypoint)
+    else:
+        raise LaunchProblem(f"uploaded code {code_id} is not on this worker")
+    script = target / entrypoint
+    base = target.resolve()
+    if not script.resolve().is_relative_to(base) or not script.resolve().is_file():
+        raise LaunchProblem(f"entrypoint {entrypoint!r} is not a file in the uploaded code")
+    return script
+
+
+def find_resume_checkpoint(
+    engine: Engine, job_id: str, attempt: int, data_dir: Path
+) -> Path | None:
+    """The latest checkpoint registered by an earlier attempt whose file is still there."""
+    with session_scope(engine) as session:
+        earlier = [c for c in list_checkpoints(session, job_id) if c.attempt < attempt]
+    for checkpoint in reversed(earlier):
+        path = data_dir / checkpoint.path
+        if path.is_file():
+            return path
+    return None
+
+
+def prepare_attempt(
+    engine: Engine,
+    *,
+    spec: JobSpec,
+    job_id: str,
+    attempt: int,
+    paths: RunPaths,
+    code_store: Path,
+    cuda: CudaInfo,
+) -> LaunchPlan:
+    """Check, make the directories, copy the code and build the launch plan."""
+    check_resources(spec, cuda)
+    module = recipe_module(spec.recipe) if spec.recipe is not None else None
+    for directory in (paths.run_dir, paths.log_dir, paths.checkpoint_dir):
+        directory.mkdir(parents=True, exist_ok=True)
+    if spec.code is not None:
+        prepare_code(code_store, spec.code.code_id, paths.code_dir, spec.code.entrypoint)
+    return build_launch(
+        spec,
+        job_id=job_id,
+        attempt=attempt,
+        paths=paths,
+        resume_from=find_resume_checkpoint(engine, job_id, attempt, paths.data_dir),
+        cuda_available=cuda.available,
+        port=free_port(),
+        python=sys.executable,
+        base_env=dict(os.environ),
+        recipe_module=module,
+    )

@@ -1,0 +1,158 @@
+"""The first code each rank runs: point its output at the rank's own log file, then run the program.
+
+torchrun (or, for the `python` launcher, the worker itself) starts
+
+    python -u rank_main.py --log-dir DIR [--local-rank-arg] (--module NAME | --script PATH) ARGS
+
+and this file:
+
+- sends fds 1 and 2 to ``DIR/rank-<RANK>.log`` (appended to across elastic restarts), so each
+  rank's stdout and stderr land in one file, in the order they were written;
+- with ``--local-rank-arg``, puts ``--local-rank=<LOCAL_RANK>`` before ARGS, as the legacy
+  ``torch.distributed.launch`` did;
+- runs the program in this very process, as ``python -m NAME`` / ``python PATH`` would (runpy),
+  so the rank's PID is the program's and torchrun's signals reach it directly;
+- on an uncaught exception, writes ``DIR/rank-<RANK>.error.json`` (and torchelastic's own error
+  file) before exiting 1 as Python does, so the worker can name the failing rank and its error.
+
+It is run as a script, not imported as `worker.rank_main`: user code in the working directory
+could hold a `worker` package of its own. For the same reason it imports only the standard
+library, and it resets ``sys.path[0]`` to what plain Python would have put there.
+"""
+
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+
+USAGE = "usage: rank_main.py --log-dir DIR [--local-rank-arg] (--module NAME | --script PATH) ..."
+
+
+def parse_argv(argv: list[str]) -> tuple[Path, bool, str, str, list[str]]:
+    """(log dir, pass --local-rank, "module" | "script", target, program args)."""
+    log_dir: Path | None = None
+    local_rank_arg = False
+    i = 0
+    while i < len(argv):
+        flag = argv[i]
+        if flag == "--log-dir" and i + 1 < len(argv):
+            log_dir = Path(argv[i + 1])
+            i += 2
+        elif flag == "--local-rank-arg":
+            local_rank_arg = True
+            i += 1
+        elif flag in ("--module", "--script") and i + 1 < len(argv) and log_dir is not None:
+            return log_dir, local_rank_arg, flag[2:], argv[i + 1], argv[i + 2 :]
+        else:
+            break
+    raise SystemExit(USAGE)
+
+
+def redirect_output(log_file: Path) -> None:
+    """Make fds 1 and 2 (all this process and its children print) append to `log_file`."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _user_frames(exc: BaseException) -> traceback.StackSummary:
+    """The traceback without this file's and runpy's frames, which say nothing about the error."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = {os.path.abspath(__file__), os.path.abspath(runpy.__file__ or ""), "<frozen runpy>"}
+    start = 0
+    while start < len(frames) and (
+        frames[start].filename in ours or os.path.abspath(frames[start].filename) in ours
+    ):
+        start += 1
+    return traceback.StackSummary.from_list(frames[start:] or frames)
+
+
+def format_error(exc: BaseException) -> tuple[str, str]:
+    """("Type: message", the traceback as Python would print it, minus the launcher frames)."""
+    summary = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    described = traceback.TracebackException.from_exception(exc)
+    described.stack = _user_frames(exc)
+    return summary, "".join(described.format())
+
+
+def record_error(log_dir: Path, rank: str, summary: str, text: str, exit_code: int) -> None:
+    """Leave the error where the worker (and torchrun) look for it; never raise from here."""
+    now = time.time()
+    record = {
+        "rank": int(rank) if rank.isdigit() else 0,
+        "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0),
+        "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
+        "pid": os.getpid(),
+        "exit_code": exit_code,
+        "error": summary,
+        "traceback": text,
+        "ts": now,
+    }
+    try:
+        target = log_dir / f"rank-{rank}.error.json"
+        temp = target.with_name(f".{target.name}.tmp")
+        temp.write_text(json.dumps(record))
+        os.replace(temp, target)
+        elastic_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+        if elastic_file and exit_code == 1:
+            # The format of torch's ErrorHandler.record_exception, which torchrun reads back.
+            data = {
+                "message": {
+                    "message": summary,
+                    "extraInfo": {"py_callstack": text, "timestamp": str(int(now))},
+                }
+            }
+            Path(elastic_file).parent.mkdir(parents=True, exist_ok=True)
+            Path(elastic_file).write_text(json.dumps(data))
+    except OSError:
+        pass
+
+
+def run_program(kind: str, target: str, args: list[str]) -> None:
+    if kind == "module":
+        sys.argv = [target, *args]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        script = os.path.abspath(target)
+        sys.argv = [target, *args]
+        sys.path[0] = os.path.dirname(script)
+        runpy.run_path(script, run_name="__main__")
+
+
+def main() -> None:
+    log_dir, local_rank_arg, kind, target, args = parse_argv(sys.argv[1:])
+    rank = os.environ.get("RANK", "0") or "0"
+    redirect_output(log_dir / f"rank-{rank}.log")
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if restart not in ("", "0"):
+        print(f"[launchbay] rank {rank} started again (elastic restart {restart})", file=sys.stderr)
+    if local_rank_arg:
+        args = [f"--local-rank={os.environ.get('LOCAL_RANK', '0')}", *args]
+    try:
+        run_program(kind, target, args)
+    except SystemExit as exc:
+        code = exc.code
+        if code not in (None, 0):
+            exit_code = code if isinstance(code, int) else 1
+            record_error(log_dir, rank, f"SystemExit: {code}", "", exit_code)
+        raise
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        summary, text = format_error(exc)
+        record_error(log_dir, rank, summary, text, 1)
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

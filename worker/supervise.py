@@ -1,0 +1,241 @@
+"""The job's process tree: start the launcher in its own session, record every process that
+appears under it, and stop them all.
+
+torchrun starts each rank with ``start_new_session=True``, so the ranks are in neither
+torchrun's session nor its process group, and a rank's own children (DataLoader workers,
+user subprocesses) may start sessions of their own. Killing one process group is therefore
+not enough: while the job runs the tree is polled and every process seen is recorded (with its
+start time, so a reused PID is never taken for ours); a stop then looks for what is left by
+session, by process group and by recorded PID. The records also go to ``pids.json`` in the run
+directory, for whoever has to clean up after a worker that died.
+"""
+
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+from worker.launch import LaunchPlan
+
+log = logging.getLogger(__name__)
+
+_shutdown = threading.Event()
+
+
+def request_shutdown(signum: int | None = None, frame: object = None) -> None:
+    """Ask the running supervisor to stop its job's processes and give up the attempt.
+
+    Installed as the RQ work horse's SIGTERM handler (see `worker.main`)."""
+    _shutdown.set()
+
+
+def shutdown_requested() -> bool:
+    return _shutdown.is_set()
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    pid: int
+    create_time: float
+    pgid: int
+    sid: int
+    name: str
+
+
+@dataclass(frozen=True)
+class _Proc:
+    pid: int
+    ppid: int
+    create_time: float
+    name: str
+
+
+def _live_processes() -> dict[int, _Proc]:
+    """Every process on the machine that is not a zombie, by PID."""
+    found: dict[int, _Proc] = {}
+    for proc in psutil.process_iter(["pid", "ppid", "create_time", "status", "name"]):
+        info = proc.info
+        if info["status"] == psutil.STATUS_ZOMBIE or info["create_time"] is None:
+            continue
+        found[info["pid"]] = _Proc(
+            info["pid"], info["ppid"] or 0, info["create_time"], info["name"]
+        )
+    return found
+
+
+class ProcessTree:
+    """The launcher (our child) and every process recorded under it."""
+
+    def __init__(self, popen: "subprocess.Popen[bytes]", pids_file: Path | None = None) -> None:
+        self.popen = popen
+        self.records: dict[int, ProcessRecord] = {}
+        self.descendants = 0
+        self._pids_file = pids_file
+        self._own = {os.getpid(), 1}
+        self._own_groups = {os.getsid(0), os.getpgid(0)}
+        self.poll()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def _is_ours(self, proc: _Proc) -> bool:
+        record = self.records.get(proc.pid)
+        return record is not None and abs(record.create_time - proc.create_time) < 0.01
+
+    def poll(self) -> None:
+        """Record the processes now under the launcher and under any process already recorded
+        (an orphaned rank still counts), and how many descendants the launcher has."""
+        procs = _live_processes()
+        children: dict[int, list[int]] = {}
+        for proc in procs.values():
+            children.setdefault(proc.ppid, []).append(proc.pid)
+        recorded = [p.pid for p in procs.values() if self._is_ours(p) and p.pid != self.pid]
+        # The launcher last, so it is walked first and its whole subtree counts as under it.
+        stack = [(pid, False) for pid in recorded]
+        if self.pid in procs:
+            stack.append((self.pid, True))
+        seen: set[int] = set()
+        under_launcher = 0
+        while stack:
+            pid, from_launcher = stack.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            for child in children.get(pid, []):
+                under_launcher += from_launcher
+                stack.append((child, from_launcher))
+        self.descendants = under_launcher
+        new = [procs[pid] for pid in seen if pid not in self.records and pid not in self._own]
+        for proc in new:
+            try:
+                pgid, sid = os.getpgid(proc.pid), os.getsid(proc.pid)
+            except (ProcessLookupError, PermissionError):
+                continue
+            self.records[proc.pid] = ProcessRecord(proc.pid, proc.create_time, pgid, sid, proc.name)
+        if new:
+            self._save()
+
+    def _save(self) -> None:
+        if self._pids_file is None:
+            return
+        temp = self._pids_file.with_name(f".{self._pids_file.name}.tmp")
+        try:
+            temp.write_text(json.dumps([asdict(r) for r in self.records.values()]))
+            os.replace(temp, self._pids_file)
+        except OSError:
+            log.warning("could not write %s", self._pids_file, exc_info=True)
+
+    def find_live(self) -> list[int]:
+        """PIDs alive now that belong to the job: recorded ones, or in a recorded session/group."""
+        groups = {r.sid for r in self.records.values()} | {r.pgid for r in self.records.values()}
+        groups -= self._own_groups
+        found = []
+        for proc in _live_processes().values():
+            if proc.pid in self._own:
+                continue
+            if self._is_ours(proc):
+                found.append(proc.pid)
+                continue
+            try:
+                if os.getsid(proc.pid) in groups or os.getpgid(proc.pid) in groups:
+                    found.append(proc.pid)
+            except (ProcessLookupError, PermissionError):
+                continue
+        return found
+
+
+def start_launcher(plan: LaunchPlan, output: Path, pids_file: Path | None = None) -> ProcessTree:
+    """Start the plan's command in a session of its own, its output appended to `output`."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with open(output, "ab") as out:
+        popen = subprocess.Popen(
+            plan.argv,
+            env=plan.env,
+            cwd=plan.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return ProcessTree(popen, pids_file)
+
+
+def _kill(pid: int, sig: signal.Signals, group: bool = False) -> None:
+    try:
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_job_processes(
+    tree: ProcessTree, grace_s: float, *, kill_timeout_s: float = 5.0
+) -> list[int]:
+    """SIGTERM the launcher's process group (torchrun passes it on to the ranks), give the job
+    `grace_s` to exit, then SIGKILL every process of it that is left.
+
+    Returns the PIDs still alive after `kill_timeout_s` of SIGKILLs (normally none). Also the
+    sweep after a launcher that exited on its own: whatever it left behind is stopped.
+    """
+    tree.poll()
+    if tree.returncode() is None:
+        _kill(tree.pid, signal.SIGTERM, group=True)
+    else:
+        for pid in tree.find_live():
+            _kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while True:
+        tree.poll()
+        if tree.returncode() is not None and not tree.find_live():
+            return []
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    deadline = time.monotonic() + kill_timeout_s
+    while True:
+        tree.poll()
+        if tree.returncode() is None:
+            _kill(tree.pid, signal.SIGKILL, group=True)
+        live = tree.find_live()
+        for pid in live:
+            _kill(pid, signal.SIGKILL)
+        if tree.returncode() is not None and not live:
+            return []
+        if time.monotonic() >= deadline:
+            log.error("processes of the job survived SIGKILL: %s", live)
+            return live
+        time.sleep(0.05)
+
+
+_ATTEMPT_DIR = re.compile(r"^attempt_(\d+)$")
+
+
+def elastic_restart_count(torchelastic_dir: Path) -> int:
+    """How many times torchrun has restarted the worker group so far.
+
+    torchrun makes ``<log dir>/<run id>/attempt_<k>/`` when it starts the ranks for the k-th time.
+    """
+    count = 0
+    try:
+        for run in torchelastic_dir.iterdir():
+            for entry in run.iterdir():
+                match = _ATTEMPT_DIR.match(entry.name)
+                if match:
+                    count = max(count, int(match.group(1)))
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    return count

@@ -1,0 +1,46 @@
+"""RQ entry points, kept thin: `service.queue.RUN_JOB_TASK` names `run_job` here."""
+
+import os
+import socket
+from functools import lru_cache
+
+from redis import Redis
+from sqlalchemy.engine import Engine
+
+from service.db import make_engine
+from service.settings import Settings, get_settings
+from worker.attempt import run_attempt
+
+_configured: Settings | None = None
+
+
+def configure(settings: Settings | None) -> None:
+    """Settings for the jobs this process (and the work horses it forks) will run."""
+    global _configured
+    _configured = settings
+
+
+def current_settings() -> Settings:
+    return _configured or get_settings()
+
+
+@lru_cache
+def _engine(url: str, pid: int) -> Engine:
+    # Keyed by PID too: an engine (and its pooled connections) never crosses a fork.
+    return make_engine(url)
+
+
+def worker_name() -> str:
+    """The RQ worker's name (host:pid) inside a work horse; else this process's host:pid."""
+    return os.environ.get("RQ_WORKER_ID") or f"{socket.gethostname()}:{os.getpid()}"
+
+
+def run_job(job_id: str, attempt: int) -> None:
+    """Run one attempt of a Launchbay job to its end (see `worker.attempt.run_attempt`)."""
+    settings = current_settings()
+    engine = _engine(settings.resolved_database_url, os.getpid())
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        run_attempt(engine, redis, settings, job_id, attempt, worker_name=worker_name())
+    finally:
+        redis.close()
