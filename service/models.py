@@ -111,3 +111,16 @@ class Checkpoint(SQLModel, table=True):
     sha256: str = Field(max_length=64)
     path: str = Field(max_length=1024)
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class CodeUpload(SQLModel, table=True):
+    """Who uploaded which code. The files live once per `code_id` (the sha256 of the upload)
+    under `<data dir>/code/<code_id>/`; each owner who uploaded them has a row."""
+
+    __tablename__ = "code_upload"
+
+    code_id: str = Field(primary_key=True, max_length=64)
+    owner: str = Field(primary_key=True, max_length=128)
+    filename: str = Field(max_length=255)
+    size: int = Field(sa_type=BigInteger)
+    created_at: datetime = Field(default_factory=utcnow)

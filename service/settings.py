@@ -6,6 +6,10 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+UPLOAD_PATH = "/v1/code"
+# Room for the multipart boundaries and part headers around the uploaded file.
+UPLOAD_ENVELOPE_BYTES = 64 * 1024
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LAUNCHBAY_", extra="ignore")
@@ -18,6 +22,11 @@ class Settings(BaseSettings):
     # Limits on what a request may carry.
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_log_line_bytes: int = Field(default=16 * 1024, ge=256)
+
+    # Uploaded code (POST /v1/code): the file itself, and what an archive may unpack to.
+    max_upload_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)
+    max_code_files: int = Field(default=10_000, ge=1)
+    max_code_unpacked_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024)
 
     # Worker behaviour.
     cancel_grace_s: float = Field(default=10.0, ge=0)
@@ -41,6 +50,13 @@ class Settings(BaseSettings):
     @property
     def code_dir(self) -> Path:
         return self.data_dir.resolve() / "code"
+
+    def body_limit_for(self, path: str) -> int:
+        """The largest request body `path` accepts: uploads get theirs plus the multipart
+        envelope (the file's own size is checked exactly while it streams in)."""
+        if path.rstrip("/") == UPLOAD_PATH:
+            return self.max_upload_bytes + UPLOAD_ENVELOPE_BYTES
+        return self.max_body_bytes
 
 
 @lru_cache

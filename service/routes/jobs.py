@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
-from service import queue, store
+from service import code_store, queue, store
 from service.deps import CurrentPrincipal, OwnedJob, RedisDep, SessionDep, SettingsDep
 from service.errors import Conflict, InvalidTransition, ServiceUnavailable
 from service.models import Job
@@ -38,6 +38,9 @@ def submit_job(
     principal: CurrentPrincipal,
     idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
 ) -> JobPublic:
+    if spec.code is not None:
+        owner = None if principal.is_admin else principal.name
+        code_store.check_code_ref(session, settings.code_dir, spec.code, owner=owner)
     request_hash = spec_hash(spec)
     if idempotency_key:
         existing = store.find_job_by_idempotency_key(session, principal.name, idempotency_key)
