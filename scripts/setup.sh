@@ -14,12 +14,12 @@ fi
 pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 
 stamp=.venv/.launchbay-installed
-want="$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16) $TORCH"
+want="$(cat requirements.lock requirements-dev.lock pyproject.toml | sha256sum | cut -c1-16) $TORCH"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 echo "setup: installing $TORCH and the pinned dependencies into .venv" >&2
 pip install "$TORCH"
-pip install -r requirements.lock
+pip install -r requirements.lock -r requirements-dev.lock
 pip install --no-deps -e .
 echo "$want" > "$stamp"
