@@ -138,8 +138,13 @@ def distributed() -> Iterator[DistContext]:
     ctx = setup_distributed()
     try:
         yield ctx
-    finally:
+    except BaseException:
         teardown_distributed()
+        raise
+    # On success every rank meets here first: a rank that tore gloo down while a peer was
+    # still at work (rank 0 saving its last checkpoint) was seen to abort at exit.
+    barrier()
+    teardown_distributed()
 
 
 def get_context() -> DistContext:
