@@ -30,7 +30,7 @@ class Settings(BaseSettings):
 
     # Worker behaviour.
     cancel_grace_s: float = Field(default=10.0, ge=0)
-    worker_poll_s: float = Field(default=0.2, gt=0)
+    worker_poll_s: float = Field(default=0.1, gt=0)
     job_timeout_s: int = Field(default=7 * 24 * 3600, ge=60)
 
     @property

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, update
+from sqlalchemy import delete, func, insert, update
 from sqlmodel import Session, col, select
 
 from jobs.spec import JobSpec
@@ -132,14 +132,7 @@ class NewLogLine:
 def append_log_lines(
     session: Session, job_id: str, attempt: int, lines: Sequence[NewLogLine]
 ) -> None:
-    if not lines:
-        return
-    first = allocate_seq(session, job_id, len(lines))
-    session.add_all(
-        LogLine(job_id=job_id, seq=first + i, attempt=attempt, rank=ln.rank, ts=ln.ts, line=ln.line)
-        for i, ln in enumerate(lines)
-    )
-    session.commit()
+    append_output(session, job_id, attempt, logs=lines)
 
 
 @dataclass(frozen=True)
@@ -159,36 +152,68 @@ def append_metric_points(
     *,
     progress: dict[str, Any] | None = None,
 ) -> None:
-    """Insert metric points in one transaction and update the job's progress and latest values."""
-    if not points:
+    append_output(session, job_id, attempt, points=points, progress=progress)
+
+
+def append_output(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    *,
+    logs: Sequence[NewLogLine] = (),
+    points: Sequence[NewMetricPoint] = (),
+    progress: dict[str, Any] | None = None,
+) -> None:
+    """Insert log lines and metric points in one transaction (bulk inserts: the worker calls
+    this several times a second beside busy ranks) and move the job's progress and latest
+    values forward. `progress` holds other Job columns to set (e.g. total_steps)."""
+    if not logs and not points:
         return
-    first = allocate_seq(session, job_id, len(points))
-    session.add_all(
-        MetricPoint(
-            job_id=job_id,
-            seq=first + i,
-            attempt=attempt,
-            step=p.step,
-            epoch=p.epoch,
-            name=p.name,
-            value=p.value,
-            ts=p.ts,
+    first = allocate_seq(session, job_id, len(logs) + len(points))
+    if logs:
+        session.execute(
+            insert(LogLine),
+            [
+                {
+                    "job_id": job_id,
+                    "seq": first + i,
+                    "attempt": attempt,
+                    "rank": ln.rank,
+                    "ts": ln.ts,
+                    "line": ln.line,
+                }
+                for i, ln in enumerate(logs)
+            ],
         )
-        for i, p in enumerate(points)
-    )
-    job = session.get(Job, job_id)
-    if job is not None:
-        latest = dict(job.latest_metrics or {})
-        latest.update({p.name: p.value for p in points})
-        job.latest_metrics = latest
+    if points:
+        first += len(logs)
+        session.execute(
+            insert(MetricPoint),
+            [
+                {
+                    "job_id": job_id,
+                    "seq": first + i,
+                    "attempt": attempt,
+                    "step": p.step,
+                    "epoch": p.epoch,
+                    "name": p.name,
+                    "value": p.value,
+                    "ts": p.ts,
+                }
+                for i, p in enumerate(points)
+            ],
+        )
+        latest = session.exec(select(Job.latest_metrics).where(Job.id == job_id)).one()
+        values: dict[str, Any] = {
+            "latest_metrics": {**(latest or {}), **{p.name: p.value for p in points}},
+            **(progress or {}),
+        }
         last = points[-1]
         if last.step is not None:
-            job.progress_step = last.step
+            values["progress_step"] = last.step
         if last.epoch is not None:
-            job.progress_epoch = last.epoch
-        for key, value in (progress or {}).items():
-            setattr(job, key, value)
-        session.add(job)
+            values["progress_epoch"] = last.epoch
+        session.execute(update(Job).where(col(Job.id) == job_id).values(**values))
     session.commit()
 
 

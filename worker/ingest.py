@@ -3,7 +3,7 @@
 The ranks never wait on the worker: they append to files, and the supervisor loop reads the new
 bytes of each file from the offset it reached last time. Only complete lines are taken (a
 partial last line waits for its newline, or for the end of the run); each poll stores its lines
-in one transaction per table. When the database is slow or down, the batch is kept and retried
+in one transaction. When the database is slow or down, the batch is kept and retried
 on the next poll; nothing more is read until it is stored.
 """
 
@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.db import session_scope
-from service.store import NewLogLine, NewMetricPoint, append_log_lines, append_metric_points
+from service.store import NewLogLine, NewMetricPoint, append_output
 from worker.events import (
     CheckpointEvent,
     InvalidEvent,
@@ -165,23 +165,21 @@ class Ingestor:
 
     def _store(self) -> bool:
         try:
-            while self._logs:
-                batch = self._logs[:BATCH_ROWS]
+            while self._logs or self._points:
+                logs = self._logs[:BATCH_ROWS]
+                points = self._points[: BATCH_ROWS - len(logs)]
+                last = len(points) == len(self._points)
                 with session_scope(self.engine) as session:
-                    append_log_lines(session, self.job_id, self.attempt, batch)
-                del self._logs[: len(batch)]
-            while self._points:
-                batch_points = self._points[:BATCH_ROWS]
-                last = len(batch_points) == len(self._points)
-                with session_scope(self.engine) as session:
-                    append_metric_points(
+                    append_output(
                         session,
                         self.job_id,
                         self.attempt,
-                        batch_points,
+                        logs=logs,
+                        points=points,
                         progress=self._progress if last else None,
                     )
-                del self._points[: len(batch_points)]
+                del self._logs[: len(logs)]
+                del self._points[: len(points)]
             self._progress = {}
         except SQLAlchemyError:
             log.warning("job %s: storing logs/metrics failed; retrying", self.job_id, exc_info=True)

@@ -13,6 +13,7 @@ its own; none is open while torchrun runs.
 """
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from enum import StrEnum
@@ -44,6 +45,8 @@ from worker.supervise import (
 log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 5.0
+PROCESS_SCAN_S = 5.0
+SUPERVISOR_NICENESS = 10
 HEARTBEAT_TTL_S = 30
 T = TypeVar("T")
 
@@ -54,6 +57,18 @@ class StopReason(StrEnum):
     HANG = "hang"
     SHUTDOWN = "shutdown"
     LOST = "lost"  # the job is no longer this attempt's (retried, ended or deleted elsewhere)
+
+
+def yield_cpu_to_ranks() -> None:
+    """Lower this supervisor's CPU priority (the ranks, already started, keep theirs).
+
+    Where the ranks use every core (CPU training), the scheduler then runs the supervisor in
+    their gaps (collective waits) instead of pre-empting a rank, which stalls all of them.
+    """
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, SUPERVISOR_NICENESS)
+    except OSError:
+        log.debug("cannot lower the supervisor's priority", exc_info=True)
 
 
 def retry_db(action: Callable[[], T], what: str, tries: int = 5, delay_s: float = 1.0) -> T | None:
@@ -120,11 +135,17 @@ class AttemptMonitor:
             return Outcome(
                 JobState.FAILED, ExitReason.LAUNCH_ERROR, None, f"cannot start: {exc}"
             ), []
+        yield_cpu_to_ranks()
         started = time.monotonic()
         stop: StopReason | None = None
+        next_scan = 0.0
         try:
             while True:
-                tree.poll()
+                # The process table is the costly part of a poll: scanned every poll until the
+                # ranks are up, then less often (their sessions hold any child they start).
+                if not self.running or time.monotonic() >= next_scan:
+                    tree.poll()
+                    next_scan = time.monotonic() + PROCESS_SCAN_S
                 self.ingestor.poll()
                 self.registrar.poll()
                 self._note_progress(tree)

@@ -102,7 +102,12 @@ class Stack:
         return httpx.Client(base_url=self.url, timeout=30, headers=headers)
 
     def wait_for_state(
-        self, http: httpx.Client, job_id: str, states: set[str], timeout: float = 120
+        self,
+        http: httpx.Client,
+        job_id: str,
+        states: set[str],
+        timeout: float = 120,
+        interval: float = 0.2,
     ) -> dict[str, Any]:
         """Poll the job until it is in one of `states`; fails with the logs if it never is."""
         deadline = time.monotonic() + timeout
@@ -113,7 +118,7 @@ class Stack:
                 return job
             if JobState(job["state"]).is_terminal():
                 break
-            time.sleep(0.2)
+            time.sleep(interval)
         raise AssertionError(
             f"job {job_id} is {job.get('state')}, wanted {sorted(states)}: {job}\n"
             f"--- api\n{self.api_log()}\n--- workers\n{self.worker_logs()}"
