@@ -9,6 +9,7 @@ in a one-process world.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from collections.abc import Iterator
@@ -129,6 +130,10 @@ def teardown_distributed() -> None:
     global _context
     _context = None
     if dist.is_available() and dist.is_initialized():
+        # DDP wrappers sit in reference cycles: unless collected now, they keep the gloo
+        # group alive until interpreter exit, where its threads die with "terminate called
+        # without an active exception" (SIGABRT) on a loaded machine.
+        gc.collect()
         dist.destroy_process_group()
 
 
