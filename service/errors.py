@@ -138,8 +138,18 @@ async def _on_validation_error(_request: Request, exc: Exception) -> JSONRespons
     detail = _validation_detail(exc)
     if any(err["type"] == "json_invalid" for err in detail):
         return error_response(400, "invalid_json", "the request body is not valid JSON", detail)
-    fields = ", ".join(".".join(str(p) for p in err["loc"]) for err in detail)
-    return error_response(422, "validation_error", f"invalid request: {fields}", detail)
+    problems = "; ".join(_describe(err) for err in detail[:5])
+    more = f" (and {len(detail) - 5} more)" if len(detail) > 5 else ""
+    return error_response(422, "validation_error", f"invalid request: {problems}{more}", detail)
+
+
+def _describe(err: dict[str, Any]) -> str:
+    """`config.lr: Input should be greater than 0`, without FastAPI's `body.` prefix."""
+    loc = [str(p) for p in err["loc"]]
+    if loc and loc[0] == "body":
+        loc = loc[1:]
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{'.'.join(loc)}: {msg}" if loc else msg
 
 
 async def _on_http_error(_request: Request, exc: Exception) -> JSONResponse:

@@ -162,3 +162,11 @@ def test_health_and_ready(api: TestClient) -> None:
     ready = api.get("/v1/ready")
     assert ready.status_code == 200
     assert ready.json()["checks"] == {"database": "ok", "redis": "ok"}
+
+
+def test_validation_messages_say_what_is_wrong(api: TestClient) -> None:
+    unknown = api.post("/v1/jobs", json={**SYNTHETIC, "recipe": "nope"}).json()["error"]
+    assert "unknown recipe 'nope'" in unknown["message"]
+    zero = api.post("/v1/jobs", json={**SYNTHETIC, "nproc_per_node": 0}).json()["error"]
+    assert zero["message"].startswith("invalid request: nproc_per_node:")
+    assert zero["detail"][0]["loc"] == ["body", "nproc_per_node"]
