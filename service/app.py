@@ -10,7 +10,17 @@ from redis import Redis
 from service.db import make_engine, upgrade_database
 from service.errors import install_error_handlers
 from service.limits import BodySizeLimit
-from service.routes import checkpoints, code, events, jobs, logs, metrics, recipes, system
+from service.routes import (
+    checkpoints,
+    code,
+    events,
+    jobs,
+    logs,
+    metrics,
+    prometheus,
+    recipes,
+    system,
+)
 from service.settings import Settings, get_settings
 
 log = logging.getLogger("launchbay.api")
@@ -38,7 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="Launchbay", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, limit_for_path=settings.body_limit_for)
-    for module in (jobs, logs, metrics, events, checkpoints, recipes, system, code):
+    for module in (jobs, logs, metrics, events, checkpoints, recipes, system, code, prometheus):
         app.include_router(module.router)
     return app
 

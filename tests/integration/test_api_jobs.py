@@ -170,3 +170,16 @@ def test_validation_messages_say_what_is_wrong(api: TestClient) -> None:
     zero = api.post("/v1/jobs", json={**SYNTHETIC, "nproc_per_node": 0}).json()["error"]
     assert zero["message"].startswith("invalid request: nproc_per_node:")
     assert zero["detail"][0]["loc"] == ["body", "nproc_per_node"]
+
+
+def test_prometheus_metrics_count_jobs_by_state(api: TestClient) -> None:
+    api.post("/v1/jobs", json=SYNTHETIC)
+    job = api.post("/v1/jobs", json=SYNTHETIC).json()
+    api.post(f"/v1/jobs/{job['id']}/cancel")
+    response = api.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    lines = response.text.splitlines()
+    assert 'launchbay_jobs{state="queued"} 1' in lines
+    assert 'launchbay_jobs{state="cancelled"} 1' in lines
+    assert "launchbay_metric_points 0" in lines
