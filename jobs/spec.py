@@ -6,10 +6,11 @@ Unknown fields are refused rather than ignored, so a typo never silently changes
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class StrictModel(BaseModel):
@@ -44,7 +45,7 @@ class JobSpec(StrictModel):
     recipe: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     code: CodeRef | None = None
     args: Annotated[list[Annotated[str, Field(max_length=4096)]], Field(max_length=256)] = []
-    config: dict[str, Any] = {}
+    config: Annotated[dict[str, Any], Field(validate_default=True)] = {}
     launcher: Literal["torchrun", "python"] = "torchrun"
     pass_local_rank_arg: bool = False
     nnodes: Annotated[int, Field(ge=1, le=64)] = 1
@@ -53,6 +54,8 @@ class JobSpec(StrictModel):
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     amp: Literal["none", "fp16", "bf16"] = "none"
     env: dict[str, Annotated[str, Field(max_length=32768)]] = {}
+    # Names of `env` whose values are secrets: stored and given to the ranks, never shown back.
+    secret_env: Annotated[list[Annotated[str, Field(max_length=256)]], Field(max_length=256)] = []
     queue: str = "default"
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 0
     max_retries: Annotated[int, Field(ge=0, le=100)] = 0
@@ -64,6 +67,18 @@ class JobSpec(StrictModel):
         Annotated[str, Field(max_length=1024)],
     ] = {}
 
+    @field_validator("config")
+    @classmethod
+    def _recipe_config(cls, config: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Validated by the recipe's own model, defaults filled; a field validator, so that
+        errors are located under `config` (e.g. `config.lr`)."""
+        from jobs.recipes import RECIPES
+
+        recipe = RECIPES.get(info.data.get("recipe") or "")
+        if recipe is None:
+            return config  # no recipe (user code), or an unknown one reported below
+        return recipe.config_model.model_validate(config).model_dump(mode="json")
+
     @field_validator("env")
     @classmethod
     def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
@@ -71,6 +86,24 @@ class JobSpec(StrictModel):
         if bad:
             raise ValueError(f"environment variable names must be identifiers: {bad}")
         return env
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secrets_in_env(cls, names: list[str], info: ValidationInfo) -> list[str]:
+        env = info.data.get("env")
+        if env is None:
+            return names  # env itself is invalid and reported
+        unknown = sorted(set(names) - set(env))
+        if unknown:
+            raise ValueError(f"secret_env names variables that env does not set: {unknown}")
+        return list(dict.fromkeys(names))
+
+    @field_validator("name")
+    @classmethod
+    def _no_control_characters(cls, name: str) -> str:
+        if CONTROL_CHARS.search(name):
+            raise ValueError("name must not contain control characters")
+        return name
 
     @field_validator("queue")
     @classmethod
@@ -84,7 +117,6 @@ class JobSpec(StrictModel):
         if (self.recipe is None) == (self.code is None):
             raise ValueError("give exactly one of 'recipe' and 'code'")
         if self.recipe is not None:
-            # Imported here: the recipe catalogue is torch-free but sits beside torch code.
             from jobs.recipes import RECIPES
 
             recipe = RECIPES.get(self.recipe)
@@ -92,7 +124,6 @@ class JobSpec(StrictModel):
                 raise ValueError(
                     f"unknown recipe {self.recipe!r}; known: {', '.join(sorted(RECIPES))}"
                 )
-            self.config = recipe.config_model.model_validate(self.config).model_dump(mode="json")
         if self.launcher == "python" and self.pass_local_rank_arg:
             raise ValueError("pass_local_rank_arg applies to the torchrun launcher only")
         return self

@@ -10,6 +10,14 @@ export LAUNCHBAY_DATA_DIR=${LAUNCHBAY_DATA_DIR:-$PWD/.launchbay}
 export LAUNCHBAY_REDIS_URL=${LAUNCHBAY_REDIS_URL:-redis://127.0.0.1:6379/0}
 port=${LAUNCHBAY_DEMO_PORT:-8000}
 export LAUNCHBAY_API_URL=http://127.0.0.1:$port
+# The API always wants a bearer token: the demo makes itself an admin token unless one is set,
+# and the CLI below uses it.
+if [ -z "${LAUNCHBAY_ADMIN_TOKEN:-}" ]; then
+  LAUNCHBAY_ADMIN_TOKEN=lb_$(.venv/bin/python -c "import secrets; print(secrets.token_urlsafe(32))")
+  LAUNCHBAY_TOKEN=$LAUNCHBAY_ADMIN_TOKEN
+fi
+export LAUNCHBAY_ADMIN_TOKEN
+export LAUNCHBAY_TOKEN=${LAUNCHBAY_TOKEN:-$LAUNCHBAY_ADMIN_TOKEN}
 mkdir -p "$LAUNCHBAY_DATA_DIR"
 logs=$LAUNCHBAY_DATA_DIR/demo
 mkdir -p "$logs"
@@ -60,7 +68,8 @@ for _ in $(seq 150); do
   kill -0 "${pids[0]}" 2>/dev/null || { cat "$logs/api.log" >&2; exit 1; }
   sleep 0.2
 done
-"$lb" worker >"$logs/worker.log" 2>&1 &
+# A worker needs no API token (docs/security.md).
+env -u LAUNCHBAY_ADMIN_TOKEN -u LAUNCHBAY_TOKEN "$lb" worker >"$logs/worker.log" 2>&1 &
 pids+=($!)
 
 job=$("$lb" submit examples/digits.yaml --json | .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)['id'])")

@@ -34,10 +34,18 @@ from service.uploads import ReceivedFile
 
 UNPACK_PREFIX = ".unpack-"
 KINDS = {".py": "python", ".zip": "zip", ".tar.gz": "tar", ".tgz": "tar"}
+MAX_FILENAME_CHARS = 255  # CodeUpload.filename
 
 
 def upload_kind(filename: str) -> str:
     """The kind of upload (python, zip or tar) its file name says; refuses any other name."""
+    if len(filename) > MAX_FILENAME_CHARS or any(ord(c) < 32 or ord(c) == 127 for c in filename):
+        raise Unprocessable(
+            f"the file name must be at most {MAX_FILENAME_CHARS} characters, without control "
+            "characters",
+            code="invalid_upload",
+            detail={"filename": filename[:MAX_FILENAME_CHARS]},
+        )
     lowered = filename.lower()
     for suffix, kind in KINDS.items():
         if lowered.endswith(suffix) and len(filename) > len(suffix):

@@ -1,16 +1,16 @@
 """Everything routes inject, as typed `Annotated` aliases."""
 
-import hmac
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from redis import Redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from service.errors import NotFound, Unauthorized
+from service.auth import CHALLENGE, Principal, authenticate
+from service.errors import Forbidden, NotFound, Unauthorized
 from service.models import Job
 from service.settings import Settings
 
@@ -35,45 +35,47 @@ def get_redis(request: Request) -> Redis:
     return redis
 
 
+# The largest seq (a BIGINT): a larger `after` cannot match and the databases refuse it.
+MAX_SEQ = 2**63 - 1
+
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 SessionDep = Annotated[Session, Depends(get_session)]
 RedisDep = Annotated[Redis, Depends(get_redis)]
 
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling: an owner name and a role."""
-
-    name: str
-    role: str
-
-    @property
-    def is_admin(self) -> bool:
-        return self.role == "admin"
+bearer = HTTPBearer(
+    auto_error=False,
+    description="`Authorization: Bearer <token>`: a token from POST /v1/tokens, "
+    "or LAUNCHBAY_ADMIN_TOKEN.",
+)
 
 
-LOCAL_PRINCIPAL = Principal(name="local", role="admin")
-
-
-def get_principal(request: Request, settings: SettingsDep) -> Principal:
-    """Without `LAUNCHBAY_ADMIN_TOKEN` the service is open (a local, single-user set-up)."""
-    if not settings.admin_token:
-        return LOCAL_PRINCIPAL
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise Unauthorized("missing bearer token", headers={"WWW-Authenticate": "Bearer"})
-    if hmac.compare_digest(token.encode(), settings.admin_token.encode()):
-        return Principal(name="admin", role="admin")
-    raise Unauthorized("invalid token", headers={"WWW-Authenticate": "Bearer"})
+def get_principal(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    session: SessionDep,
+    settings: SettingsDep,
+) -> Principal:
+    """The caller, from its bearer token; 401 without a valid one. There is no open mode."""
+    if credentials is None:
+        raise Unauthorized("missing bearer token", headers=CHALLENGE)
+    return authenticate(session, settings.admin_token, credentials.credentials)
 
 
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
 
 
+def require_admin(principal: CurrentPrincipal) -> Principal:
+    if not principal.is_admin:
+        raise Forbidden("this needs a token with the admin role")
+    return principal
+
+
+AdminPrincipal = Annotated[Principal, Depends(require_admin)]
+
+
 def get_owned_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) -> Job:
     """The job, if the caller may see it; others' jobs are 'not found' so ids do not leak."""
-    job = session.get(Job, job_id)
+    # Longer than any id, or a NUL (which PostgreSQL refuses in a query): no such job.
+    job = None if len(job_id) > 32 or "\x00" in job_id else session.get(Job, job_id)
     if job is None or not (principal.is_admin or job.owner == principal.name):
         raise NotFound(f"no job {job_id!r}", detail={"job_id": job_id})
     return job

@@ -124,3 +124,20 @@ class CodeUpload(SQLModel, table=True):
     filename: str = Field(max_length=255)
     size: int = Field(sa_type=BigInteger)
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class ApiToken(SQLModel, table=True):
+    """A bearer token. `name` is its owner's name: the jobs and uploads the token makes carry it.
+
+    Only the sha256 of the secret is kept. A revoked token keeps its row (`revoked_at`), so its
+    name, and with it the jobs of that name, never passes silently to a new token.
+    """
+
+    __tablename__ = "api_token"
+
+    name: str = Field(primary_key=True, max_length=128)
+    role: str = Field(max_length=16)
+    token_hash: str = Field(max_length=64, unique=True, index=True)
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None

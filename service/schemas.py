@@ -7,6 +7,27 @@ from pydantic import BaseModel
 
 from service.models import Checkpoint, Job, LogLine, MetricPoint
 
+SECRET_MASK = "***"
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    detail: Any
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: `{"error": {"code", "message", "detail"}}` (see service.errors)."""
+
+    error: ErrorDetail
+
+
+# Documented on every route, so the OpenAPI schema says what clients get for any error.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ErrorBody, "description": "The request was refused (the error body)."},
+    "5XX": {"model": ErrorBody, "description": "The service failed (the error body)."},
+}
+
 
 class Progress(BaseModel):
     step: int | None
@@ -36,7 +57,7 @@ class JobPublic(BaseModel):
             id=job.id,
             name=job.name,
             state=job.state,
-            spec=job.spec,
+            spec=masked_spec(job.spec),
             created_at=job.created_at,
             started_at=job.started_at,
             finished_at=job.finished_at,
@@ -50,6 +71,15 @@ class JobPublic(BaseModel):
             ),
             latest_metrics=job.latest_metrics or {},
         )
+
+
+def masked_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec as shown to clients: the values of `secret_env` variables are masked."""
+    secret = spec.get("secret_env") or []
+    env = spec.get("env") or {}
+    if not secret:
+        return spec
+    return {**spec, "env": {k: SECRET_MASK if k in secret else v for k, v in env.items()}}
 
 
 class JobsPublic(BaseModel):

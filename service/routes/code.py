@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request, Response, status
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from service import code_store
+from service import code_store, policy
 from service.deps import CurrentPrincipal, SessionDep, SettingsDep
 from service.uploads import receive_file
 
@@ -20,7 +20,29 @@ class CodePublic(BaseModel):
     size: int
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=CodePublic)
+# The route reads its body itself (service.uploads); this documents it for clients and tools.
+UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {"file": {"type": "string", "format": "binary"}},
+                }
+            }
+        },
+    }
+}
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=CodePublic,
+    openapi_extra=UPLOAD_BODY,
+)
 async def upload_code(
     request: Request,
     response: Response,
@@ -29,6 +51,7 @@ async def upload_code(
     principal: CurrentPrincipal,
 ) -> CodePublic:
     """201 when the caller uploads these bytes for the first time, 200 when again."""
+    policy.check_may_run_code(principal, settings)
     code_dir = settings.code_dir
     code_dir.mkdir(parents=True, exist_ok=True)
     received = await receive_file(

@@ -8,13 +8,14 @@ from typing import Annotated, Any
 import anyio.to_thread
 from fastapi import APIRouter, Header, Query, Request
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, select
 from sse_starlette import EventSourceResponse
 
 from jobs.states import JobState
 from service import store
-from service.deps import OwnedJob
+from service.deps import MAX_SEQ, OwnedJob
 from service.errors import BadRequest
+from service.models import Job
 
 router = APIRouter(prefix="/v1/jobs", tags=["events"])
 POLL_S = 0.05
@@ -25,7 +26,7 @@ async def stream_events(
     job: OwnedJob,
     request: Request,
     last_event_id: Annotated[str | None, Header()] = None,
-    after: Annotated[int | None, Query(ge=0)] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
 ) -> EventSourceResponse:
     """state, metric, log and checkpoint events with the job's seq as id; ends after the
     terminal state event. A reconnecting client sends Last-Event-ID (or `?after=`)."""
@@ -33,8 +34,10 @@ async def stream_events(
     if last_event_id:
         try:
             cursor = int(last_event_id)
-        except ValueError as exc:
-            raise BadRequest("Last-Event-ID must be an event id from this stream") from exc
+        except ValueError:
+            cursor = -1
+        if not 0 <= cursor <= MAX_SEQ:
+            raise BadRequest("Last-Event-ID must be an event id from this stream")
     engine: Engine = request.app.state.engine
     return EventSourceResponse(_follow(engine, job.id, cursor), ping=15, send_timeout=30)
 
@@ -42,7 +45,7 @@ async def stream_events(
 async def _follow(engine: Engine, job_id: str, cursor: int) -> AsyncIterator[dict[str, Any]]:
     while True:
         try:
-            events, cursor = await anyio.to_thread.run_sync(_read, engine, job_id, cursor)
+            events, cursor, ended = await anyio.to_thread.run_sync(_read, engine, job_id, cursor)
         except LookupError:
             return  # the job was deleted while followed
         for event in events:
@@ -50,9 +53,17 @@ async def _follow(engine: Engine, job_id: str, cursor: int) -> AsyncIterator[dic
             if event.kind == "state" and JobState(event.data["state"]).is_terminal():
                 return
         if not events:
+            if ended:
+                return  # resumed past the job's end: nothing more will come
             await asyncio.sleep(POLL_S)
 
 
-def _read(engine: Engine, job_id: str, cursor: int) -> tuple[list[store.StreamEvent], int]:
+def _read(engine: Engine, job_id: str, cursor: int) -> tuple[list[store.StreamEvent], int, bool]:
+    """The events after `cursor`, the new cursor, and whether the job had ended before the
+    read (so an empty read then means the stream is complete)."""
     with Session(engine) as session:
-        return store.read_stream(session, job_id, after=cursor)
+        state = session.exec(select(Job.state).where(Job.id == job_id)).first()
+        if state is None:
+            raise LookupError(f"job {job_id} no longer exists")
+        events, cursor = store.read_stream(session, job_id, after=cursor)
+        return events, cursor, JobState(state).is_terminal()

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
-from service import code_store, queue, store
+from service import code_store, policy, queue, store
 from service.deps import CurrentPrincipal, OwnedJob, RedisDep, SessionDep, SettingsDep
 from service.errors import Conflict, InvalidTransition, ServiceUnavailable
 from service.models import Job
@@ -38,6 +38,7 @@ def submit_job(
     principal: CurrentPrincipal,
     idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
 ) -> JobPublic:
+    spec = policy.apply_submission_policy(spec, principal, settings)
     if spec.code is not None:
         owner = None if principal.is_admin else principal.name
         code_store.check_code_ref(session, settings.code_dir, spec.code, owner=owner)
@@ -46,6 +47,8 @@ def submit_job(
         existing = store.find_job_by_idempotency_key(session, principal.name, idempotency_key)
         if existing is not None:
             return _replay(existing, request_hash, response)
+    # After the replay: a client retrying with its key is never refused for the rate.
+    policy.check_submission_rate(redis, principal.name, settings.submissions_per_minute)
     try:
         job = store.create_job(
             session,

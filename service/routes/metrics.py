@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from service import store
-from service.deps import OwnedJob, SessionDep
+from service.deps import MAX_SEQ, OwnedJob, SessionDep
 from service.schemas import MetricPointPublic, MetricsPublic
 
 router = APIRouter(prefix="/v1/jobs", tags=["metrics"])
@@ -16,7 +16,7 @@ def get_metrics(
     job: OwnedJob,
     session: SessionDep,
     name: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> MetricsPublic:
     rows = store.list_metric_points(session, job.id, name=name, after=after, limit=limit)

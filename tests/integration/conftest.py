@@ -12,16 +12,25 @@ from service.db import make_engine, upgrade_database
 from service.models import Job
 from service.settings import Settings
 
+ADMIN_TOKEN = "lb_integration-admin-token"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
 
 @pytest.fixture
 def settings(tmp_path: Path, database_url: str, redis_url: str) -> Settings:
     upgrade_database(database_url)
-    return Settings(data_dir=tmp_path / "data", database_url=database_url, redis_url=redis_url)
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=database_url,
+        redis_url=redis_url,
+        admin_token=ADMIN_TOKEN,
+    )
 
 
 @pytest.fixture
 def api(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+    """The app, called as the admin (`LAUNCHBAY_ADMIN_TOKEN`) unless a request says otherwise."""
+    with TestClient(create_app(settings), raise_server_exceptions=False, headers=ADMIN) as client:
         yield client
 
 

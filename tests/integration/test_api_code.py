@@ -179,7 +179,7 @@ def test_each_format_is_stored_unpacked_under_its_sha256(
     [row] = code_rows(settings)
     assert (row.code_id, row.owner, row.filename, row.size) == (
         digest,
-        "local",
+        "admin",
         filename,
         len(content),
     )
@@ -388,7 +388,7 @@ def test_code_is_usable_by_its_owners_and_admins_only(api: TestClient, settings:
     engine = make_engine(settings.resolved_database_url)
     try:
         with Session(engine) as session:
-            code_store.check_code_ref(session, settings.code_dir, ref, owner="local")
+            code_store.check_code_ref(session, settings.code_dir, ref, owner="admin")
             code_store.check_code_ref(session, settings.code_dir, ref, owner=None)  # an admin
             with pytest.raises(Unprocessable, match="code.code_id"):
                 code_store.check_code_ref(session, settings.code_dir, ref, owner="someone-else")

@@ -183,3 +183,9 @@ def test_prometheus_metrics_count_jobs_by_state(api: TestClient) -> None:
     assert 'launchbay_jobs{state="queued"} 1' in lines
     assert 'launchbay_jobs{state="cancelled"} 1' in lines
     assert "launchbay_metric_points 0" in lines
+
+
+def test_recipe_config_errors_are_located_under_config(api: TestClient) -> None:
+    error = api.post("/v1/jobs", json={**SYNTHETIC, "config": {"lr": -1}}).json()["error"]
+    assert error["detail"][0]["loc"] == ["body", "config", "lr"]
+    assert error["message"].startswith("invalid request: config.lr:")

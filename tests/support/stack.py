@@ -1,6 +1,7 @@
 """A Launchbay stack of real processes: `launchbay api` and `launchbay worker`s over HTTP."""
 
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -24,6 +25,8 @@ class Stack:
     marker: str
     extra_env: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
+    # The API's LAUNCHBAY_ADMIN_TOKEN; the clients and CLI runs of the tests use it.
+    admin_token: str = field(default_factory=lambda: f"lb_{secrets.token_urlsafe(32)}")
     api: subprocess.Popen[bytes] | None = None
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -44,6 +47,8 @@ class Stack:
                 "LAUNCHBAY_DATABASE_URL": self.database_url,
                 "LAUNCHBAY_REDIS_URL": self.redis_url,
                 "LAUNCHBAY_API_URL": self.url,
+                "LAUNCHBAY_ADMIN_TOKEN": self.admin_token,
+                "LAUNCHBAY_TOKEN": self.admin_token,
                 "LAUNCHBAY_CANCEL_GRACE_S": "3",
                 **self.extra_env,
                 **more,
@@ -79,7 +84,10 @@ class Stack:
         for q in queues or ("default",):
             argv += ["--queue", q]
         index = len(self.workers)
-        proc = start(argv, self.env(**env), self.root / f"worker-{index}.log")
+        worker_env = self.env(**env)
+        for secret in ("LAUNCHBAY_ADMIN_TOKEN", "LAUNCHBAY_TOKEN"):
+            worker_env.pop(secret, None)  # a worker needs no API token (docs/security.md)
+        proc = start(argv, worker_env, self.root / f"worker-{index}.log")
         self.workers.append(proc)
         return proc
 
@@ -98,8 +106,10 @@ class Stack:
     def worker_logs(self) -> str:
         return "\n".join(_tail(p) for p in sorted(self.root.glob("worker-*.log")))
 
-    def client(self, **headers: str) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30, headers=headers)
+    def client(self, token: str | None = None, **headers: str) -> httpx.Client:
+        """An HTTP client of the API, with the admin token unless given another."""
+        auth = {"Authorization": f"Bearer {token or self.admin_token}"}
+        return httpx.Client(base_url=self.url, timeout=30, headers={**auth, **headers})
 
     def wait_for_state(
         self,
