@@ -1,7 +1,7 @@
 """The `launchbay` command line.
 
 Client commands talk to the API through `client.sdk.Client` (`--api-url`/`LAUNCHBAY_API_URL`,
-`--token`/`LAUNCHBAY_TOKEN`). Server commands (`api`, `worker`, `db upgrade`) import the
+`--token`/`LAUNCHBAY_TOKEN`). Server commands (`api`, `worker`, `reaper`, `db upgrade`) import the
 service and the worker only when run, so the client commands never load them, nor torch.
 
 Exit status: 0 ok; 1 the API refused (`error <code>: <message>`) or a followed job failed;
@@ -421,6 +421,22 @@ def worker(
     from worker.main import run_worker
 
     run_worker(queues=queue or ["default"], burst=burst)
+
+
+@app.command()
+def reaper(
+    interval: Annotated[
+        float | None,
+        typer.Option(
+            "--interval", min=0.1, help="Seconds between passes (LAUNCHBAY_REAPER_INTERVAL_S)."
+        ),
+    ] = None,
+    once: Annotated[bool, typer.Option("--once", help="Make one pass and exit.")] = False,
+) -> None:
+    """Fail or retry jobs whose worker was lost; enqueue again queued jobs Redis lost."""
+    from service.reaper import run_reaper
+
+    run_reaper(interval_s=interval, once=once)
 
 
 @db_app.command("upgrade")

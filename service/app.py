@@ -4,12 +4,14 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from redis import Redis
 
 from service.db import make_engine, upgrade_database
+from service.deps import get_principal
 from service.errors import install_error_handlers
 from service.limits import BodySizeLimit
+from service.reaper import ReaperThread
 from service.routes import (
     checkpoints,
     code,
@@ -20,7 +22,11 @@ from service.routes import (
     prometheus,
     recipes,
     system,
+    tokens,
+    ui,
+    workers,
 )
+from service.schemas import ERROR_RESPONSES
 from service.settings import Settings, get_settings
 
 log = logging.getLogger("launchbay.api")
@@ -39,17 +45,39 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.engine = make_engine(settings.resolved_database_url)
         app.state.redis = make_redis(settings.redis_url)
+        reaper = ReaperThread(app.state.engine, app.state.redis, settings)
+        if settings.reaper_enabled:
+            reaper.start()
         try:
             yield
         finally:
+            if reaper.is_alive():
+                reaper.stop()
             app.state.redis.close()
             app.state.engine.dispose()
 
     app = FastAPI(title="Launchbay", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, limit_for_path=settings.body_limit_for)
-    for module in (jobs, logs, metrics, events, checkpoints, recipes, system, code, prometheus):
-        app.include_router(module.router)
+    # Health and readiness answer anyone; every other route needs a bearer token.
+    app.include_router(system.router, responses=ERROR_RESPONSES)
+    for module in (
+        jobs,
+        logs,
+        metrics,
+        events,
+        checkpoints,
+        recipes,
+        code,
+        prometheus,
+        tokens,
+        workers,
+    ):
+        app.include_router(
+            module.router, dependencies=[Depends(get_principal)], responses=ERROR_RESPONSES
+        )
+    # The dashboard's page and assets hold no data; it calls /v1 with the user's token.
+    ui.mount_dashboard(app)
     return app
 
 

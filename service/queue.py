@@ -1,8 +1,14 @@
 """The Redis side: RQ enqueueing and every Redis key Launchbay uses, built in one place."""
 
+import json
+from collections.abc import Sequence
+from typing import Any
+
 from redis import Redis
 from rq import Queue
+from rq.exceptions import NoSuchJobError
 from rq.job import Job as RQJob
+from rq.job import JobStatus
 
 from service.models import Job
 
@@ -11,6 +17,10 @@ RUN_JOB_TASK = "worker.tasks.run_job"
 KEY_PREFIX = "launchbay"
 # RQ's own limit on a job is a backstop behind the supervisor's watchdogs; -1 means none.
 NO_RQ_TIMEOUT = -1
+# RQ job statuses under which a queued attempt will still be run by some worker.
+LIVE_RQ_STATUSES = frozenset(
+    {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCHEDULED}
+)
 
 
 def rq_job_id(job_id: str, attempt: int) -> str:
@@ -25,6 +35,14 @@ def cancel_key(job_id: str) -> str:
 def heartbeat_key(job_id: str) -> str:
     """Set with a short TTL by the worker supervising the job; gone means no worker is on it."""
     return f"{KEY_PREFIX}:heartbeat:{job_id}"
+
+
+def worker_key(name: str) -> str:
+    """Set with a short TTL by each `launchbay worker`: what GET /v1/workers lists."""
+    return f"{KEY_PREFIX}:worker:{name}"
+
+
+WORKER_KEY_PATTERN = worker_key("*")
 
 
 def rq_timeout_for(job: Job, grace_s: float) -> int:
@@ -56,3 +74,53 @@ def drop_queued_attempt(redis: Redis, job: Job) -> None:
 
 def request_cancel(redis: Redis, job_id: str) -> None:
     redis.set(cancel_key(job_id), "1", ex=7 * 24 * 3600)
+
+
+def missing_attempts(redis: Redis, jobs: Sequence[Job]) -> list[Job]:
+    """The jobs whose current attempt no worker will run: its RQ job is gone (Redis lost its
+    data, or never got it) or ended (its work horse died before taking it)."""
+    if not jobs:
+        return []
+    with redis.pipeline(transaction=False) as pipe:
+        for job in jobs:
+            pipe.hget(RQJob.key_for(rq_job_id(job.id, job.attempt)), "status")
+        statuses = pipe.execute()
+    return [
+        job
+        for job, status in zip(jobs, statuses, strict=True)
+        if status is None or status.decode() not in LIVE_RQ_STATUSES
+    ]
+
+
+def enqueue_again(redis: Redis, job: Job, *, grace_s: float) -> None:
+    """Enqueue the job's current attempt once more, replacing a dead RQ job of it."""
+    try:
+        RQJob.fetch(rq_job_id(job.id, job.attempt), connection=redis).delete()
+    except NoSuchJobError:
+        pass
+    enqueue_attempt(redis, job, grace_s=grace_s)
+
+
+def save_worker_record(redis: Redis, name: str, record: dict[str, Any], ttl_s: float) -> None:
+    """A worker's heartbeat: its record (JSON), kept for `ttl_s` unless refreshed."""
+    redis.set(worker_key(name), json.dumps(record), px=max(1, int(ttl_s * 1000)))
+
+
+def delete_worker_record(redis: Redis, name: str) -> None:
+    redis.delete(worker_key(name))
+
+
+def read_worker_records(redis: Redis) -> list[dict[str, Any]]:
+    """The records of every worker whose heartbeat has not expired, by name."""
+    keys = sorted(redis.scan_iter(match=WORKER_KEY_PATTERN, count=500))
+    records = []
+    for raw in redis.mget(keys) if keys else []:
+        if raw is None:
+            continue  # expired between the scan and the read
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records

@@ -2,13 +2,39 @@
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 UPLOAD_PATH = "/v1/code"
 # Room for the multipart boundaries and part headers around the uploaded file.
 UPLOAD_ENVELOPE_BYTES = 64 * 1024
+# Environment a job spec may not set: the loader's and the interpreter's code-injection hooks,
+# Launchbay's own variables, and what torchrun sets for each rank. `NAME*` is a prefix.
+DEFAULT_FORBIDDEN_ENV = (
+    "LD_*",
+    "DYLD_*",
+    "LAUNCHBAY_*",
+    "MASTER_*",
+    "TORCHELASTIC_*",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONUSERBASE",
+    "PYTHONEXECUTABLE",
+    "PYTHONBREAKPOINT",
+    "BASH_ENV",
+)
 
 
 class Settings(BaseSettings):
@@ -17,7 +43,7 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./.launchbay")
     database_url: str | None = None
     redis_url: str = "redis://localhost:6379/0"
-    admin_token: str | None = None
+    admin_token: str | None = Field(default=None, repr=False)
 
     # Limits on what a request may carry.
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
@@ -28,10 +54,41 @@ class Settings(BaseSettings):
     max_code_files: int = Field(default=10_000, ge=1)
     max_code_unpacked_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024)
 
+    # Submission policy (POST /v1/jobs). Admins are exempt from all but `forbidden_env`.
+    allow_user_code: bool = True
+    max_nproc_per_node: int = Field(default=64, ge=1)
+    max_nnodes: int = Field(default=64, ge=1)
+    max_timeout_s: float | None = Field(default=None, gt=0)
+    allowed_queues: Annotated[list[str], NoDecode] = []
+    forbidden_env: Annotated[list[str], NoDecode] = list(DEFAULT_FORBIDDEN_ENV)
+    # Accepted submissions per owner and minute (admins included); 0: no limit.
+    submissions_per_minute: int = Field(default=60, ge=0)
+
     # Worker behaviour.
     cancel_grace_s: float = Field(default=10.0, ge=0)
     worker_poll_s: float = Field(default=0.1, gt=0)
     job_timeout_s: int = Field(default=7 * 24 * 3600, ge=60)
+    # How often a worker, and the supervisor of each running job, heartbeat.
+    heartbeat_interval_s: float = Field(default=5.0, gt=0)
+    # The ranks' collective timeout when the spec sets no hang_timeout_s (docs/reliability.md).
+    collective_timeout_s: int = Field(default=1800, ge=1)
+
+    # The reaper (docs/reliability.md): in the API unless turned off, or `launchbay reaper`.
+    reaper_enabled: bool = True
+    reaper_interval_s: float = Field(default=5.0, gt=0)
+    # A starting/running/cancelling job with no heartbeat for this long has lost its worker;
+    # keep it well above heartbeat_interval_s.
+    reaper_lost_after_s: float = Field(default=20.0, gt=0)
+    # A queued job whose queue entry is missing is enqueued again once queued this long.
+    reaper_queued_grace_s: float = Field(default=10.0, ge=0)
+
+    @field_validator("allowed_queues", "forbidden_env", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        """`a,b` in the environment; empty items are dropped."""
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
 
     @property
     def resolved_database_url(self) -> str:

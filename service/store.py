@@ -2,24 +2,50 @@
 
 State changes are conditional updates (`UPDATE job ... WHERE state IN (<sources>)`), so a
 repeated, late or racing change does no harm: it simply matches no row and returns False.
+What a worker writes for an attempt (metrics, logs, checkpoints, heartbeats) is likewise
+conditional on the job still being active at that attempt; see `AttemptSuperseded`.
 """
 
 import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, update
+from sqlalchemy import ColumnElement, delete, func, insert, update
 from sqlmodel import Session, col, select
 
 from jobs.spec import JobSpec
-from jobs.states import ACTIVE_STATES, JobState, states_that_can_become
+from jobs.states import ACTIVE_STATES, ExitReason, JobState, states_that_can_become
 from service.models import Checkpoint, Job, JobEvent, LogLine, MetricPoint, utcnow
+
+# Worker-side failures that retry the job while `max_retries` allow (docs/reliability.md):
+# all but a cancel, a timeout (it would only time out again) and a launch error (the spec or
+# the worker cannot run it; retrying changes nothing).
+RETRYABLE_EXIT_REASONS = frozenset(
+    {
+        ExitReason.USER_ERROR,
+        ExitReason.OOM,
+        ExitReason.HANG,
+        ExitReason.WORKER_LOST,
+        ExitReason.RENDEZVOUS_TIMEOUT,
+    }
+)
+
+
+class AttemptSuperseded(Exception):
+    """A worker wrote for an attempt that is no longer the job's active one (retried, ended or
+    cancelled by someone else, deleted): nothing was written, and the attempt should stop."""
 
 
 def new_id() -> str:
     return uuid.uuid4().hex
+
+
+def last_sign_of_life() -> ColumnElement[Any]:
+    """When a worker last showed it runs the job: its heartbeat, else when it took the job."""
+    return func.coalesce(col(Job.last_heartbeat), col(Job.started_at), col(Job.created_at))
 
 
 def allocate_seq(session: Session, job_id: str, count: int = 1) -> int:
@@ -34,6 +60,26 @@ def allocate_seq(session: Session, job_id: str, count: int = 1) -> int:
         .returning(col(Job.last_seq))
     )
     last = session.execute(stmt).scalar_one()
+    return int(last) - count + 1
+
+
+def allocate_attempt_seq(session: Session, job_id: str, attempt: int, count: int = 1) -> int:
+    """`allocate_seq` for a write of attempt `attempt`, which must be the job's active attempt;
+    else AttemptSuperseded (rolled back, nothing written)."""
+    stmt = (
+        update(Job)
+        .where(
+            col(Job.id) == job_id,
+            col(Job.attempt) == attempt,
+            col(Job.state).in_(ACTIVE_STATES),
+        )
+        .values(last_seq=Job.last_seq + count)
+        .returning(col(Job.last_seq))
+    )
+    last = session.execute(stmt).scalar_one_or_none()
+    if last is None:
+        session.rollback()
+        raise AttemptSuperseded(f"job {job_id} is no longer run by attempt {attempt}")
     return int(last) - count + 1
 
 
@@ -73,12 +119,14 @@ def transition_job(
     target: JobState,
     *,
     attempt: int | None = None,
+    lost_before: datetime | None = None,
     **fields: Any,
 ) -> bool:
     """Move a job to `target` if its current state allows it; commit and return whether it did.
 
     `attempt`, when given, must match the job's attempt, so a worker of an earlier attempt
-    cannot move a job that has since been retried. `fields` are other columns to set.
+    cannot move a job that has since been retried. `lost_before`, when given, must be later
+    than the job's last sign of life (the reaper's condition). `fields` are other columns to set.
     """
     values: dict[str, Any] = {"state": target, **fields}
     if target.is_terminal():
@@ -88,6 +136,8 @@ def transition_job(
     )
     if attempt is not None:
         stmt = stmt.where(col(Job.attempt) == attempt)
+    if lost_before is not None:
+        stmt = stmt.where(last_sign_of_life() < lost_before)
     result = session.execute(stmt.values(**values).returning(col(Job.attempt)))
     new_attempt = result.scalar_one_or_none()
     if new_attempt is None:
@@ -99,6 +149,97 @@ def transition_job(
     _add_state_event(session, job_id, target, int(new_attempt), detail)
     session.commit()
     return True
+
+
+def requeue_job(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    *,
+    exit_reason: ExitReason,
+    exit_code: int | None = None,
+    message: str | None = None,
+    lost_before: datetime | None = None,
+) -> Job | None:
+    """Retry a job whose attempt `attempt` failed with `exit_reason`: back to `queued` as
+    attempt + 1, its exit fields, start, heartbeat and worker cleared (committed).
+
+    Only when the reason is retried (RETRYABLE_EXIT_REASONS), the spec's `max_retries` are not
+    used up, and the job is still starting or running at that attempt (and, with `lost_before`,
+    has shown no sign of life since). Returns the job, for the caller to enqueue now that it is
+    committed; None, having changed nothing, otherwise (the caller then fails the job).
+    """
+    if exit_reason not in RETRYABLE_EXIT_REASONS:
+        return None
+    job = session.get(Job, job_id)
+    if job is None or job.attempt != attempt:
+        return None
+    max_retries = int(job.spec.get("max_retries") or 0)
+    if attempt > max_retries:
+        return None
+    stmt = update(Job).where(
+        col(Job.id) == job_id,
+        col(Job.attempt) == attempt,
+        col(Job.state).in_([JobState.STARTING, JobState.RUNNING]),
+    )
+    if lost_before is not None:
+        stmt = stmt.where(last_sign_of_life() < lost_before)
+    note = f"retry {attempt} of {max_retries}: attempt {attempt} ended with {exit_reason}"
+    values = {
+        "state": JobState.QUEUED,
+        "attempt": attempt + 1,
+        "started_at": None,
+        "finished_at": None,
+        "last_heartbeat": None,
+        "worker": None,
+        "exit_code": None,
+        "exit_reason": None,
+        "message": f"{note}: {message}" if message else note,
+    }
+    if session.execute(stmt.values(**values).returning(col(Job.id))).scalar_one_or_none() is None:
+        session.rollback()
+        return None
+    detail = {
+        "retry_of": attempt,
+        "exit_code": exit_code,
+        "exit_reason": str(exit_reason),
+        "message": message,
+    }
+    _add_state_event(session, job_id, JobState.QUEUED, attempt + 1, detail)
+    session.commit()
+    session.refresh(job)
+    return job
+
+
+def find_lost_jobs(session: Session, lost_before: datetime, limit: int = 100) -> list[Job]:
+    """Active jobs (starting, running, cancelling) with no sign of life since `lost_before`."""
+    stmt = (
+        select(Job)
+        .where(col(Job.state).in_(ACTIVE_STATES), last_sign_of_life() < lost_before)
+        .order_by(col(Job.created_at))
+        .limit(limit)
+    )
+    return list(session.exec(stmt).all())
+
+
+def find_queued_jobs(session: Session, created_before: datetime, limit: int = 1000) -> list[Job]:
+    """Queued jobs created before `created_before`, oldest first."""
+    stmt = (
+        select(Job)
+        .where(col(Job.state) == JobState.QUEUED, col(Job.created_at) < created_before)
+        .order_by(col(Job.created_at))
+        .limit(limit)
+    )
+    return list(session.exec(stmt).all())
+
+
+def queued_since(session: Session, job_id: str, attempt: int) -> float | None:
+    """When the job's attempt `attempt` was queued (Unix seconds), from its state events."""
+    stmt = select(func.max(JobEvent.ts)).where(
+        JobEvent.job_id == job_id, JobEvent.kind == "state", JobEvent.attempt == attempt
+    )
+    value = session.exec(stmt).one()
+    return None if value is None else float(value)
 
 
 def _add_state_event(
@@ -116,6 +257,18 @@ def add_job_event(
 ) -> None:
     """Record a non-state event (e.g. an elastic restart) and commit."""
     seq = allocate_seq(session, job_id)
+    session.add(
+        JobEvent(job_id=job_id, seq=seq, kind=kind, attempt=attempt, ts=time.time(), data=data)
+    )
+    session.commit()
+
+
+def add_attempt_event(
+    session: Session, job_id: str, kind: str, attempt: int, data: dict[str, Any]
+) -> None:
+    """`add_job_event` for a worker's attempt: AttemptSuperseded, writing nothing, unless the
+    job is active at `attempt`."""
+    seq = allocate_attempt_seq(session, job_id, attempt)
     session.add(
         JobEvent(job_id=job_id, seq=seq, kind=kind, attempt=attempt, ts=time.time(), data=data)
     )
@@ -166,10 +319,12 @@ def append_output(
 ) -> None:
     """Insert log lines and metric points in one transaction (bulk inserts: the worker calls
     this several times a second beside busy ranks) and move the job's progress and latest
-    values forward. `progress` holds other Job columns to set (e.g. total_steps)."""
+    values forward. `progress` holds other Job columns to set (e.g. total_steps).
+
+    AttemptSuperseded, writing nothing, unless the job is active at `attempt`."""
     if not logs and not points:
         return
-    first = allocate_seq(session, job_id, len(logs) + len(points))
+    first = allocate_attempt_seq(session, job_id, attempt, len(logs) + len(points))
     if logs:
         session.execute(
             insert(LogLine),
@@ -253,8 +408,10 @@ def register_checkpoint(
     """Insert a verified checkpoint file (`path` relative to the data dir) and commit.
 
     A file saved again under the same name replaces the row of its earlier version.
+    AttemptSuperseded, writing nothing, unless the job is active at `attempt`.
     """
-    seq = allocate_seq(session, job_id)  # first: the job row lock orders every writer alike
+    # First: the job row lock orders every writer alike.
+    seq = allocate_attempt_seq(session, job_id, attempt)
     session.execute(
         delete(Checkpoint).where(col(Checkpoint.job_id) == job_id, col(Checkpoint.path) == path)
     )

@@ -5,7 +5,11 @@ ingest what its ranks write, and record how it ended.
         prepare: checks, directories, code        launch: the pure argv/env builder
         monitor: the supervisor loop, with
             supervise (process tree, stop)  ingest + events (logs, metrics)  checkpoints
-        outcome: why it ended
-    main.run_worker: the RQ worker process (`launchbay worker`)
-    rank_main.py: the first code of every rank (its log file, its error record)
+        heartbeat: the attempt's heartbeat, in a thread beside the loop
+        outcome: why it ended; a retried failure goes back to the queue as the next attempt
+    main.run_worker: the RQ worker process (`launchbay worker`) and its own heartbeat
+    orphans: stop what attempts whose supervisor died left behind
+    lifeline.py: starts the launcher so that it dies with its supervisor
+    rank_main.py: the first code of every rank (its log file, its error record, dying with
+        its launcher)
 """

@@ -32,7 +32,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from jobs.spec import CheckpointPolicy
 from service.db import session_scope
 from service.models import Checkpoint
-from service.store import delete_checkpoints, list_checkpoints, register_checkpoint
+from service.store import (
+    AttemptSuperseded,
+    delete_checkpoints,
+    list_checkpoints,
+    register_checkpoint,
+)
 from worker.events import CheckpointEvent
 
 log = logging.getLogger(__name__)
@@ -164,6 +169,8 @@ class CheckpointRegistrar:
         self.pending: dict[Path, _Pending] = {}
         self.registered = 0
         self.rejected = 0
+        # The job is no longer this attempt's: nothing more is registered.
+        self.superseded = False
 
     def _reject(self, reported: str, reason: object) -> None:
         self.rejected += 1
@@ -179,6 +186,8 @@ class CheckpointRegistrar:
 
     def poll(self, *, final: bool = False) -> None:
         """Register what has settled; with `final` (no rank is left to write) check everything."""
+        if self.superseded:
+            return
         now = time.monotonic()
         for path, pending in list(self.pending.items()):
             if not final and now - pending.seen_at < self.settle_s:
@@ -195,6 +204,13 @@ class CheckpointRegistrar:
                 continue
             try:
                 self._register(pending, digest)
+            except AttemptSuperseded:
+                log.warning(
+                    "job %s: attempt %d superseded; checkpoints dropped", self.job_id, self.attempt
+                )
+                self.superseded = True
+                self.pending.clear()
+                return
             except SQLAlchemyError:
                 log.warning("job %s: registering a checkpoint failed; retrying", self.job_id)
                 continue

@@ -4,7 +4,9 @@ The ranks never wait on the worker: they append to files, and the supervisor loo
 bytes of each file from the offset it reached last time. Only complete lines are taken (a
 partial last line waits for its newline, or for the end of the run); each poll stores its lines
 in one transaction. When the database is slow or down, the batch is kept and retried
-on the next poll; nothing more is read until it is stored.
+on the next poll; nothing more is read until it is stored. When the job is no longer this
+attempt's (`AttemptSuperseded`), the batch is dropped and nothing more is read: `superseded`
+tells the supervisor to stop.
 """
 
 import logging
@@ -19,7 +21,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.db import session_scope
-from service.store import NewLogLine, NewMetricPoint, append_output
+from service.store import AttemptSuperseded, NewLogLine, NewMetricPoint, append_output
 from worker.events import (
     CheckpointEvent,
     InvalidEvent,
@@ -126,6 +128,7 @@ class Ingestor:
         self.last_event_at = time.monotonic()
         self._events_size = 0
         self.log_lines_seen = 0
+        self.superseded = False
         self._logs: list[NewLogLine] = []
         self._points: list[NewMetricPoint] = []
         self._progress: dict[str, Any] = {}
@@ -181,6 +184,10 @@ class Ingestor:
                 del self._logs[: len(logs)]
                 del self._points[: len(points)]
             self._progress = {}
+        except AttemptSuperseded:
+            log.warning("job %s: attempt %d superseded; output dropped", self.job_id, self.attempt)
+            self.superseded = True
+            self._logs, self._points, self._progress = [], [], {}
         except SQLAlchemyError:
             log.warning("job %s: storing logs/metrics failed; retrying", self.job_id, exc_info=True)
             return False
@@ -199,6 +206,8 @@ class Ingestor:
 
     def poll(self, *, final: bool = False) -> bool:
         """Read what is new and store it; False when the database refused (kept for next time)."""
+        if self.superseded:
+            return True
         self._watch_events_file()
         if not self._logs and not self._points:
             self._read(final)

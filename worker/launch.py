@@ -13,6 +13,7 @@ rank's stdout and stderr to ``<log dir>/rank-<RANK>.log`` and records an uncaugh
 """
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,14 @@ from jobs.spec import JobSpec
 
 RANK_ENTRY = Path(__file__).resolve().with_name("rank_main.py")
 LOCALHOST = "127.0.0.1"
+COLLECTIVE_TIMEOUT_ENV = "LAUNCHBAY_COLLECTIVE_TIMEOUT_S"
+# torchrun's rendezvous store, shared with the ranks by default, keeps the process group's keys
+# across elastic restarts: a restarted rank could read a dead peer's gloo address ("Gloo
+# connectFullMesh failed ... Connection refused"). Off, rank 0 hosts a fresh store each round.
+FRESH_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
+# Process-group set-up runs under the same timeout: never so short that slow starts fail it.
+MIN_COLLECTIVE_TIMEOUT_S = 30
 
 # Never handed to user code: credentials of the service itself.
 SECRET_ENV = frozenset(
@@ -117,6 +126,7 @@ def build_launch(
     python: str,
     base_env: Mapping[str, str],
     recipe_module: str | None = None,
+    default_collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S,
 ) -> LaunchPlan:
     """The command, environment and working directory of one attempt.
 
@@ -146,6 +156,7 @@ def build_launch(
         resume_from=resume_from,
         cuda_available=cuda_available,
         base_env=base_env,
+        default_collective_timeout_s=default_collective_timeout_s,
     )
     if spec.launcher == "python":
         env.update(
@@ -180,8 +191,10 @@ def build_env(
     resume_from: Path | None,
     cuda_available: bool,
     base_env: Mapping[str, str],
+    default_collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S,
 ) -> dict[str, str]:
-    """Every rank's environment (see `build_launch` for the order of precedence)."""
+    """Every rank's environment (see `build_launch` for the order of precedence; the
+    collective timeout is the one value of Launchbay's that `spec.env` may set)."""
     env = {k: v for k, v in base_env.items() if k not in SECRET_ENV and k not in LAUNCHER_ENV}
     env = {k: v for k, v in env.items() if not k.startswith("TORCHELASTIC_")}
     env.update(spec.env)
@@ -205,4 +218,17 @@ def build_env(
     )
     if resume_from is not None:
         env["LAUNCHBAY_RESUME_FROM"] = str(resume_from)
+    if spec.launcher == "torchrun" and FRESH_STORE_ENV not in spec.env:
+        env[FRESH_STORE_ENV] = "1"
+    if COLLECTIVE_TIMEOUT_ENV not in spec.env:
+        env[COLLECTIVE_TIMEOUT_ENV] = str(collective_timeout_s(spec, default_collective_timeout_s))
     return env
+
+
+def collective_timeout_s(spec: JobSpec, default_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S) -> int:
+    """Seconds a collective (NCCL/gloo) may wait for a peer before the rank fails, so a lost peer
+    ends the job instead of blocking it forever: the spec's `hang_timeout_s` (the job is
+    killed then anyway), at least MIN_COLLECTIVE_TIMEOUT_S; without one, `default_s`."""
+    if spec.hang_timeout_s is None:
+        return default_s
+    return max(MIN_COLLECTIVE_TIMEOUT_S, math.ceil(spec.hang_timeout_s))

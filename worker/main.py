@@ -4,7 +4,14 @@ RQ forks a work horse per job. On SIGTERM the worker shuts down warm (it waits f
 running job); a second SIGTERM (or SIGINT) is a cold shutdown, where RQ would SIGKILL the
 horse at once and orphan the job's processes, which live in sessions of their own. Here the
 horse is first sent SIGTERM, which its supervisor takes as "stop the job's processes, record
-the attempt as `worker_lost`, return"; only then is it killed.
+the attempt as `worker_lost`, return"; only then is it killed. A horse whose worker dies
+without a word (SIGKILL) gets the same SIGTERM from the kernel (``PR_SET_PDEATHSIG``).
+
+Each worker keeps a record of itself in Redis (`service.queue.worker_key`, a short TTL) for
+GET /v1/workers: its queues, devices, current job and last heartbeat, refreshed every
+`heartbeat_interval_s` from RQ's own loop (RQ's dequeue timeout and job monitoring interval
+are set to that interval). Redis going away and coming back is survived: a heartbeat or a
+bookkeeping write that fails is logged, and a work loop that RQ gives up is started again.
 """
 
 import logging
@@ -13,16 +20,29 @@ import signal
 import socket
 import time
 from collections.abc import Sequence
+from contextlib import suppress
+from typing import Any
 
 from redis import Redis
-from rq import Worker
+from redis.client import Pipeline
+from redis.exceptions import RedisError
+from rq import Queue, Worker
+from rq.executions import Execution
+from rq.job import Job as RQJob
 from rq.worker import SHUTDOWN_SIGNAL
 
+from service.models import utcnow
+from service.queue import delete_worker_record, save_worker_record
 from service.settings import Settings, get_settings
 from worker import tasks
+from worker.lifeline import die_with_parent
+from worker.orphans import stop_orphans
+from worker.prepare import CudaInfo, detect_cuda
 from worker.supervise import request_shutdown
 
 log = logging.getLogger(__name__)
+# How long a work loop RQ gave up (Redis away) waits before it starts again.
+RESTART_DELAY_S = 2.0
 
 
 def default_worker_name() -> str:
@@ -37,15 +57,101 @@ def _exited(pid: int) -> bool:
         return True
 
 
+def device_ids(cuda: CudaInfo) -> list[str]:
+    """The CUDA device ids this worker may give to ranks, or ["cpu"]."""
+    if not cuda.available or cuda.device_count == 0:
+        return ["cpu"]
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    visible = [d for d in visible if d]
+    return visible[: cuda.device_count] or [str(i) for i in range(cuda.device_count)]
+
+
 class LaunchbayWorker(Worker):
-    """RQ's forking worker, with a cold shutdown that lets the job stop its processes first."""
+    """RQ's forking worker, with a cold shutdown that lets the job stop its processes first,
+    horses that die with it, and a record of itself for GET /v1/workers."""
 
     # How long a horse may take to stop its job's processes and record the attempt.
     horse_stop_timeout_s: float = 30.0
+    heartbeat_interval_s: float = 5.0
+    devices: Sequence[str] = ("cpu",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.main_pid = os.getpid()
+        self.started = utcnow()
+        self.current: tuple[str, int] | None = None
+        self.stopping = False
+
+    def request_stop(self, signum: Any, frame: Any) -> None:
+        self.stopping = True
+        super().request_stop(signum, frame)
 
     def setup_work_horse_signals(self) -> None:
         super().setup_work_horse_signals()
         signal.signal(signal.SIGTERM, request_shutdown)
+        # The worker may die without stopping the horse: the kernel then SIGTERMs it, which
+        # stops its job like a cold shutdown. Already gone: the job is not started.
+        die_with_parent(signal.SIGTERM)
+        if os.getppid() != self.main_pid:
+            request_shutdown()
+
+    def execute_job(self, job: RQJob, queue: Queue) -> None:
+        args = job.args
+        self.current = (str(args[0]), int(args[1])) if len(args) == 2 else None
+        self.save_record()
+        try:
+            super().execute_job(job, queue)
+        except RedisError as exc:
+            # RQ's bookkeeping of the job; the job's own outcome is in the database.
+            log.warning("worker %s: Redis failed around job %s: %s", self.name, job.id, exc)
+        finally:
+            self.current = None
+            self.save_record()
+
+    def record(self) -> dict[str, Any]:
+        current = self.current
+        return {
+            "name": self.name,
+            "host": socket.gethostname(),
+            "pid": self.main_pid,
+            "queues": self.queue_names(),
+            "devices": list(self.devices),
+            "state": "busy" if current else "idle",
+            "started_at": self.started.isoformat(),
+            "last_heartbeat": utcnow().isoformat(),
+            "current_job": {"id": current[0], "attempt": current[1]} if current else None,
+        }
+
+    def save_record(self) -> None:
+        ttl_s = max(15.0, 3 * self.heartbeat_interval_s)
+        try:
+            save_worker_record(self.connection, self.name, self.record(), ttl_s)
+        except RedisError as exc:
+            log.warning("worker %s: heartbeat failed: %s", self.name, exc)
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
+        if pipeline is None:
+            with suppress(RedisError):  # the dequeue loop reconnects; the record says alive
+                super().heartbeat(timeout)
+        else:
+            super().heartbeat(timeout, pipeline=pipeline)
+        if not self.is_horse:
+            self.save_record()
+
+    def maintain_heartbeats(self, job: RQJob, execution: Execution) -> None:
+        try:
+            super().maintain_heartbeats(job, execution)
+        except RedisError as exc:
+            log.warning("worker %s: heartbeat of job %s failed: %s", self.name, job.id, exc)
+            self.save_record()
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            if not self.is_horse:
+                with suppress(RedisError):
+                    delete_worker_record(self.connection, self.name)
 
     def kill_horse(self, sig: signal.Signals = SHUTDOWN_SIGNAL) -> None:
         pid = self.horse_pid
@@ -93,10 +199,31 @@ def run_worker(
         )
     tasks.configure(settings)
     preload()
+    stopped = stop_orphans(settings.data_dir.resolve())
+    if stopped:
+        log.warning("killed processes %s left by attempts whose supervisor died", stopped)
+    interval = max(1, round(settings.heartbeat_interval_s))
     worker = LaunchbayWorker(
         list(queues),
         connection=Redis.from_url(settings.redis_url),
         name=name or default_worker_name(),
+        # RQ's dequeue waits worker_ttl - 15 s, then heartbeats: every `interval`.
+        worker_ttl=interval + 15,
+        job_monitoring_interval=interval,
     )
     worker.horse_stop_timeout_s = settings.cancel_grace_s + 20.0
-    return bool(worker.work(burst=burst, logging_level=logging_level))
+    worker.heartbeat_interval_s = settings.heartbeat_interval_s
+    worker.devices = device_ids(detect_cuda())
+    worked = False
+    while True:
+        try:
+            worked = bool(worker.work(burst=burst, logging_level=logging_level)) or worked
+        except RedisError as exc:
+            log.error("worker %s: Redis failed: %s", worker.name, exc)
+        if burst or worker.stopping:
+            return worked
+        # RQ gave its loop up (Redis away): start it again once the old registration is gone.
+        log.warning("worker %s: starting the work loop again", worker.name)
+        time.sleep(RESTART_DELAY_S)
+        with suppress(RedisError):
+            worker.connection.delete(worker.key)

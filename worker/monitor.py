@@ -4,8 +4,11 @@ be stopped, ingesting what they write as they go.
 Every `Settings.worker_poll_s`:
 
     record new processes -> ingest logs, events, checkpoints -> starting→running once the
-    ranks are up -> note elastic restarts -> launcher exited? -> cancel / timeout / hang /
-    worker shutdown? -> heartbeat (every HEARTBEAT_INTERVAL_S)
+    ranks are up -> note elastic restarts -> launcher exited? -> worker shutdown / job no
+    longer ours / timeout / hang / cancel?
+
+The attempt's heartbeat runs beside the loop (`worker.heartbeat`); what it reads back (the job
+taken away, or cancelling) is one of the reasons to stop.
 
 Whatever ends the loop, every process of the job is stopped before it returns (a cancelled
 job is `cancelled` only once nothing of it runs). Each database write is a short session of
@@ -27,10 +30,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
 from service.db import session_scope
-from service.queue import cancel_key, heartbeat_key
+from service.queue import cancel_key
 from service.settings import Settings
-from service.store import add_job_event, touch_job_heartbeat, transition_job
+from service.store import AttemptSuperseded, add_attempt_event, transition_job
 from worker.checkpoints import CheckpointRegistrar
+from worker.heartbeat import AttemptHeartbeat
 from worker.ingest import Ingestor
 from worker.launch import LaunchPlan, RunPaths
 from worker.outcome import Outcome, classify_exit, read_oom_kills
@@ -44,10 +48,9 @@ from worker.supervise import (
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_INTERVAL_S = 5.0
 PROCESS_SCAN_S = 5.0
+REDIS_RETRY_S = 2.0
 SUPERVISOR_NICENESS = 10
-HEARTBEAT_TTL_S = 30
 T = TypeVar("T")
 
 
@@ -96,8 +99,10 @@ class AttemptMonitor:
         plan: LaunchPlan,
         paths: RunPaths,
         worker_name: str,
+        heartbeat: AttemptHeartbeat,
     ) -> None:
         self.engine, self.redis, self.settings = engine, redis, settings
+        self.heartbeat = heartbeat
         self.job_id, self.attempt, self.spec = job_id, attempt, spec
         self.plan, self.paths, self.worker_name = plan, paths, worker_name
         self.registrar = CheckpointRegistrar(
@@ -120,7 +125,7 @@ class AttemptMonitor:
         )
         self.running = False
         self.restarts = 0
-        self.next_heartbeat = 0.0
+        self.redis_retry_at = 0.0  # while Redis is away: when to try it again
         self.tree: ProcessTree | None = None
         self.survivors: list[int] = []
 
@@ -203,43 +208,43 @@ class AttemptMonitor:
 
     def _event(self, kind: str, data: dict[str, object]) -> None:
         with session_scope(self.engine) as session:
-            add_job_event(session, self.job_id, kind, self.attempt, data)
+            try:
+                add_attempt_event(session, self.job_id, kind, self.attempt, data)
+            except AttemptSuperseded:
+                log.info(
+                    "job %s: attempt %d superseded; %s not recorded",
+                    self.job_id,
+                    self.attempt,
+                    kind,
+                )
 
     def _stop_reason(self, started: float) -> StopReason | None:
         now = time.monotonic()
         if shutdown_requested():
             return StopReason.SHUTDOWN
+        if self.heartbeat.lost or self.ingestor.superseded or self.registrar.superseded:
+            return StopReason.LOST
         if self.spec.timeout_s is not None and now - started >= self.spec.timeout_s:
             return StopReason.TIMEOUT
         hang_s = self.spec.hang_timeout_s
         if hang_s is not None and now - max(started, self.ingestor.last_event_at) >= hang_s:
             return StopReason.HANG
-        try:
-            if self.redis.exists(cancel_key(self.job_id)):
-                return StopReason.CANCEL
-        except RedisError:
-            log.warning("job %s: cannot read the cancel key", self.job_id, exc_info=True)
-        if now >= self.next_heartbeat:
-            self.next_heartbeat = now + HEARTBEAT_INTERVAL_S
-            return self._heartbeat()
-        return None
-
-    def _heartbeat(self) -> StopReason | None:
-        """Tell Redis and the database the attempt is alive; the job's state in the database
-        may say to stop (a cancel whose Redis key got lost, or the job is no longer ours)."""
-        try:
-            self.redis.set(heartbeat_key(self.job_id), self.worker_name, ex=HEARTBEAT_TTL_S)
-        except RedisError:
-            log.warning("job %s: heartbeat to Redis failed", self.job_id, exc_info=True)
-        try:
-            with session_scope(self.engine) as session:
-                state = touch_job_heartbeat(session, self.job_id, self.attempt)
-        except SQLAlchemyError:
-            log.warning("job %s: heartbeat to the database failed", self.job_id, exc_info=True)
+        if self.heartbeat.cancelling:
+            return StopReason.CANCEL  # a cancel whose Redis key got lost
+        if now < self.redis_retry_at:
             return None
-        if state is None:
-            return StopReason.LOST
-        return StopReason.CANCEL if state is JobState.CANCELLING else None
+        try:
+            cancel = self.redis.exists(cancel_key(self.job_id))
+        except RedisError as exc:
+            # Retried a little later; the heartbeat still sees a cancel in the database.
+            if not self.redis_retry_at:
+                log.warning("job %s: cannot read the cancel key: %s", self.job_id, exc)
+            self.redis_retry_at = now + REDIS_RETRY_S
+            return None
+        if self.redis_retry_at:
+            log.info("job %s: Redis answers again", self.job_id)
+            self.redis_retry_at = 0.0
+        return StopReason.CANCEL if cancel else None
 
     def _final_ingest(self) -> None:
         for _ in range(5):

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from jobs.spec import JobSpec
 from service.db import session_scope
 from service.store import list_checkpoints
-from worker.launch import LaunchPlan, RunPaths, build_launch
+from worker.launch import DEFAULT_COLLECTIVE_TIMEOUT_S, LaunchPlan, RunPaths, build_launch
 
 
 class LaunchProblem(Exception):
@@ -126,6 +126,7 @@ def prepare_attempt(
     paths: RunPaths,
     code_store: Path,
     cuda: CudaInfo,
+    collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S,
 ) -> LaunchPlan:
     """Check, make the directories, copy the code and build the launch plan."""
     check_resources(spec, cuda)
@@ -145,4 +146,5 @@ def prepare_attempt(
         python=sys.executable,
         base_env=dict(os.environ),
         recipe_module=module,
+        default_collective_timeout_s=collective_timeout_s,
     )

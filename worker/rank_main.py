@@ -6,6 +6,9 @@ torchrun (or, for the `python` launcher, the worker itself) starts
 
 and this file:
 
+- has the kernel SIGKILL this rank when its launcher dies (``PR_SET_PDEATHSIG``), so no rank
+  outlives a launcher that could not stop it (one SIGKILLed, say), and exits at once if the
+  launcher is already gone (``LAUNCHBAY_LAUNCHER_PID``, set by `lifeline.py`, names it);
 - sends fds 1 and 2 to ``DIR/rank-<RANK>.log`` (appended to across elastic restarts), so each
   rank's stdout and stderr land in one file, in the order they were written;
 - with ``--local-rank-arg``, puts ``--local-rank=<LOCAL_RANK>`` before ARGS, as the legacy
@@ -20,15 +23,40 @@ could hold a `worker` package of its own. For the same reason it imports only th
 library, and it resets ``sys.path[0]`` to what plain Python would have put there.
 """
 
+import ctypes
 import json
 import os
 import runpy
+import signal
 import sys
 import time
 import traceback
 from pathlib import Path
 
 USAGE = "usage: rank_main.py --log-dir DIR [--local-rank-arg] (--module NAME | --script PATH) ..."
+PR_SET_PDEATHSIG = 1
+LAUNCHER_PID_ENV = "LAUNCHBAY_LAUNCHER_PID"
+
+
+def die_with_launcher() -> None:
+    """SIGKILL this rank when its parent (the launcher) exits; exit now if it already has.
+
+    The parent it should have is the launcher `lifeline.py` recorded (unless this process is
+    that launcher: the `python` launcher, whose parent the lifeline checked), else the parent
+    it has now. The same code as `lifeline.die_with_parent`: this file imports no `worker`.
+    """
+    recorded = os.environ.get(LAUNCHER_PID_ENV, "")
+    if recorded.isdigit() and int(recorded) != os.getpid():
+        expected = int(recorded)
+    else:
+        expected = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != expected:
+        os._exit(128 + signal.SIGKILL)
 
 
 def parse_argv(argv: list[str]) -> tuple[Path, bool, str, str, list[str]]:
@@ -128,6 +156,7 @@ def run_program(kind: str, target: str, args: list[str]) -> None:
 
 
 def main() -> None:
+    die_with_launcher()
     log_dir, local_rank_arg, kind, target, args = parse_argv(sys.argv[1:])
     rank = os.environ.get("RANK", "0") or "0"
     redirect_output(log_dir / f"rank-{rank}.log")

@@ -7,7 +7,11 @@ user subprocesses) may start sessions of their own. Killing one process group is
 not enough: while the job runs the tree is polled and every process seen is recorded (with its
 start time, so a reused PID is never taken for ours); a stop then looks for what is left by
 session, by process group and by recorded PID. The records also go to ``pids.json`` in the run
-directory, for whoever has to clean up after a worker that died.
+directory, for whoever has to clean up after a worker that died (`worker.orphans`).
+
+Nothing of a job should outlive its supervisor either: the launcher is started through
+`lifeline.py`, which has the kernel SIGTERM it when the supervising process dies (torchrun then
+stops its ranks), and each rank has itself SIGKILLed when its launcher dies (`rank_main.py`).
 """
 
 import json
@@ -16,6 +20,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -27,6 +32,7 @@ from worker.launch import LaunchPlan
 
 log = logging.getLogger(__name__)
 
+LIFELINE = Path(__file__).resolve().with_name("lifeline.py")
 _shutdown = threading.Event()
 
 
@@ -156,12 +162,19 @@ class ProcessTree:
         return found
 
 
+def with_lifeline(argv: list[str], signal_number: int = signal.SIGTERM) -> list[str]:
+    """`argv` started through `lifeline.py`: it gets `signal_number` when this process dies."""
+    lifeline = [sys.executable, "-I", "-S", str(LIFELINE), str(os.getpid()), str(signal_number)]
+    return [*lifeline, "--", *argv]
+
+
 def start_launcher(plan: LaunchPlan, output: Path, pids_file: Path | None = None) -> ProcessTree:
-    """Start the plan's command in a session of its own, its output appended to `output`."""
+    """Start the plan's command in a session of its own, its output appended to `output`; it is
+    SIGTERMed by the kernel if this process dies first."""
     output.parent.mkdir(parents=True, exist_ok=True)
     with open(output, "ab") as out:
         popen = subprocess.Popen(
-            plan.argv,
+            with_lifeline(plan.argv),
             env=plan.env,
             cwd=plan.cwd,
             stdin=subprocess.DEVNULL,

@@ -1,16 +1,22 @@
 """RQ entry points, kept thin: `service.queue.RUN_JOB_TASK` names `run_job` here."""
 
+import logging
 import os
 import socket
 from functools import lru_cache
 
 from redis import Redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 from sqlalchemy.engine import Engine
 
 from service.db import make_engine
 from service.settings import Settings, get_settings
 from worker.attempt import run_attempt
+from worker.orphans import stop_orphans
+from worker.supervise import shutdown_requested
 
+log = logging.getLogger(__name__)
 _configured: Settings | None = None
 
 
@@ -37,9 +43,21 @@ def worker_name() -> str:
 
 def run_job(job_id: str, attempt: int) -> None:
     """Run one attempt of a Launchbay job to its end (see `worker.attempt.run_attempt`)."""
+    if shutdown_requested():
+        # The worker died as this horse started: leave the job queued for another worker
+        # (the reaper enqueues it again, its queue entry having ended).
+        log.warning("job %s attempt %d: the worker is gone; not started", job_id, attempt)
+        return
     settings = current_settings()
+    stop_orphans(settings.data_dir.resolve())
     engine = _engine(settings.resolved_database_url, os.getpid())
-    redis = Redis.from_url(settings.redis_url)
+    # Few retries: the supervisor loop must not stall on a Redis that is away (it copes).
+    redis = Redis.from_url(
+        settings.redis_url,
+        socket_timeout=5,
+        socket_connect_timeout=2,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.1), 1),
+    )
     try:
         run_attempt(engine, redis, settings, job_id, attempt, worker_name=worker_name())
     finally:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import psycopg
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from tests.support.procs import free_port, wait_until
 
@@ -59,7 +61,8 @@ class RedisServer:
             raise RuntimeError(f"redis-server on port {self.port} did not start")
 
     def stop(self) -> None:
-        client = redis.Redis(port=self.port)
+        # No retries: once the server is down, redis-py's default retries only add seconds.
+        client = redis.Redis(port=self.port, retry=Retry(NoBackoff(), 0), socket_timeout=2)
         try:
             client.shutdown(nosave=True)
         except redis.exceptions.ConnectionError:

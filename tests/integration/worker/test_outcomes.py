@@ -2,11 +2,14 @@
 restarts, the `python` launcher, and programs that cannot be launched."""
 
 import hashlib
+import uuid
 
 import pytest
+from rq import Queue
 
 from jobs.states import JobState
 from service.db import session_scope
+from service.queue import rq_job_id
 from service.store import transition_job
 from tests.integration.worker.conftest import WorkerEnv
 from worker.attempt import run_attempt
@@ -76,6 +79,29 @@ def test_failing_rank_is_named_with_its_error(wenv: WorkerEnv) -> None:
     assert any("in step" in line for line in rest)
     assert rest[-1] == "RuntimeError: synthetic failure on rank 1"
     assert result.processes and not result.survivors
+
+
+def test_a_failure_with_retries_left_is_retried_then_fails(wenv: WorkerEnv) -> None:
+    job_id = wenv.submit("fail_rank.py", max_retries=1, queue=f"retries-{uuid.uuid4().hex[:8]}")
+    first = wenv.run(job_id)
+
+    assert first.retried and first.recorded
+    job = wenv.job(job_id)
+    assert (job.state, job.attempt, job.exit_reason, job.worker) == ("queued", 2, None, None)
+    assert job.message is not None and job.message.startswith(
+        "retry 1 of 1: attempt 1 ended with user_error: rank 1 failed"
+    )
+    queue = Queue(job.queue, connection=wenv.redis)
+    assert queue.job_ids == [rq_job_id(job_id, 2)], "the retry is enqueued"
+
+    second = wenv.run(job_id, attempt=2)
+    assert not second.retried
+    job = wenv.job(job_id)
+    assert (job.state, job.attempt, job.exit_reason) == ("failed", 2, "user_error")
+    assert states(wenv, job_id) == [
+        *("queued", "starting", "running"),
+        *("queued", "starting", "running", "failed"),
+    ]
 
 
 def test_elastic_restart_is_recorded_and_local_rank_passed(wenv: WorkerEnv) -> None:

@@ -1,13 +1,16 @@
 """The built-in `synthetic` recipe through the worker: the real runtime SDK inside the ranks
 (metrics, checkpoints, a failing rank, resuming in a second attempt)."""
 
+import threading
+
 import pytest
 
-from jobs.states import JobState
+from jobs.states import ExitReason
 from service.db import session_scope
-from service.models import Job
-from service.store import create_job, transition_job
+from service.store import create_job, requeue_job
 from tests.integration.worker.conftest import WorkerEnv
+from tests.support.procs import wait_until
+from worker.attempt import AttemptResult
 
 pytest.importorskip("jobs.recipes.synthetic")
 
@@ -48,25 +51,30 @@ def test_synthetic_failure_names_the_rank(wenv: WorkerEnv) -> None:
 
 
 def test_a_retry_resumes_from_the_latest_checkpoint(wenv: WorkerEnv) -> None:
-    job_id = submit_recipe(wenv, config={"epochs": 1})
-    wenv.run(job_id)
-    assert len(wenv.checkpoints(job_id)) == 1
-    with session_scope(wenv.engine) as session:  # what a retry does: attempt 2, queued again
-        job = session.get(Job, job_id)
-        assert job is not None
-        job.state, job.attempt = JobState.QUEUED, 2
-        session.add(job)
-        session.commit()
-    assert not transition_job_as_attempt_1(wenv, job_id)
+    job_id = submit_recipe(
+        wenv, max_retries=1, config={"epochs": 3, "sleep_per_step_s": 0.2, "log_every_steps": 1}
+    )
+    first: list[AttemptResult] = []
+    thread = threading.Thread(target=lambda: first.append(wenv.run(job_id)), daemon=True)
+    thread.start()
+    assert wait_until(lambda: wenv.checkpoints(job_id), timeout=60)
+    with session_scope(wenv.engine) as session:  # what the reaper does with a lost worker
+        retried = requeue_job(session, job_id, 1, exit_reason=ExitReason.WORKER_LOST)
+    assert retried is not None and retried.attempt == 2
+    requeued_seq = wenv.job(job_id).last_seq
+    thread.join(timeout=30)
+
+    # The first attempt saw the job taken away, stopped its ranks and wrote nothing more.
+    [stopped] = first
+    assert stopped.outcome is None and not stopped.recorded and not stopped.survivors
+    assert all(row.seq <= requeued_seq for row in wenv.metrics(job_id) + wenv.logs(job_id))
+    resume_step = max(c.step or 0 for c in wenv.checkpoints(job_id))
     result = wenv.run(job_id, attempt=2)
 
     job = wenv.job(job_id)
     assert (job.state, job.attempt) == ("succeeded", 2), job.message
     assert result.paths.run_dir.name == "attempt-2"
     second = [line.line for line in wenv.logs(job_id) if line.attempt == 2 and line.rank == 0]
-    assert any(line.startswith("resumed at step") for line in second), second
-
-
-def transition_job_as_attempt_1(env: WorkerEnv, job_id: str) -> bool:
-    with session_scope(env.engine) as session:
-        return transition_job(session, job_id, JobState.STARTING, attempt=1)
+    assert any(line.startswith(f"resumed at step {resume_step}:") for line in second), second
+    steps = [p.step for p in wenv.metrics(job_id) if p.attempt == 2 and p.name == "loss"]
+    assert steps and min(s for s in steps if s is not None) == resume_step + 1

@@ -68,3 +68,31 @@ def test_cold_shutdown_stops_the_job_first(wenv: WorkerEnv, tmp_path: Path) -> N
     assert (job.state, job.exit_reason) == ("failed", "worker_lost"), log
     assert job.message is not None and "shut down while the job ran" in job.message
     assert not job_processes({job_id})
+
+
+def test_a_horse_whose_worker_is_sigkilled_stops_its_job(wenv: WorkerEnv, tmp_path: Path) -> None:
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    job_id = wenv.submit("sleeper.py", queue=queue, max_retries=1, args=["--events-every", "0.2"])
+    enqueue(wenv, job_id)
+    settings = wenv.settings
+    env = {
+        **os.environ,
+        "LAUNCHBAY_DATA_DIR": str(settings.data_dir),
+        "LAUNCHBAY_DATABASE_URL": str(settings.database_url),
+        "LAUNCHBAY_REDIS_URL": settings.redis_url,
+        "LAUNCHBAY_CANCEL_GRACE_S": str(settings.cancel_grace_s),
+    }
+    code = f"from worker.main import run_worker; run_worker([{queue!r}])"
+    proc = start([sys.executable, "-c", code], env, tmp_path / "worker.log")
+    try:
+        assert wait_until(lambda: wenv.job(job_id).state == "running", timeout=60)
+        os.kill(proc.pid, signal.SIGKILL)  # the worker only: its horse is left to the kernel
+        retried = wait_until(lambda: wenv.job(job_id).attempt == 2, timeout=20)
+    finally:
+        stop(proc)
+    log = (tmp_path / "worker.log").read_text()
+    assert retried, log
+    job = wenv.job(job_id)
+    assert (job.state, job.attempt) == ("queued", 2), log
+    assert job.message is not None and "ended with worker_lost" in job.message
+    assert wait_until(lambda: not job_processes({job_id}), timeout=10)

@@ -12,7 +12,6 @@ from service.queue import cancel_key, request_cancel
 from service.store import transition_job
 from tests.integration.worker.conftest import WorkerEnv, job_processes, recorded_alive
 from tests.support.procs import wait_until
-from worker import monitor
 from worker.attempt import AttemptResult
 
 
@@ -79,7 +78,7 @@ def test_no_progress_is_a_hang(wenv: WorkerEnv) -> None:
 def start_sleeper(
     wenv: WorkerEnv, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[str, threading.Thread, list[AttemptResult]]:
-    monkeypatch.setattr(monitor, "HEARTBEAT_INTERVAL_S", 0.3)
+    monkeypatch.setattr(wenv.settings, "heartbeat_interval_s", 0.3)
     job_id = wenv.submit("sleeper.py", args=["--events-every", "0.2"])
     thread, results = run_in_background(wenv, job_id)
     assert wait_until(lambda: wenv.job(job_id).state == "running", timeout=30)

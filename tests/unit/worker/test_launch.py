@@ -200,3 +200,42 @@ def test_recipe_needs_its_module() -> None:
             python=PY,
             base_env={},
         )
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({}, "1800"),  # no hang_timeout_s: the worker's default
+        ({"hang_timeout_s": 600.5}, "601"),  # the hang watchdog's timeout, rounded up
+        ({"hang_timeout_s": 3}, "30"),  # never shorter than a slow process-group set-up
+        ({"hang_timeout_s": 5, "env": {"LAUNCHBAY_COLLECTIVE_TIMEOUT_S": "7"}}, "7"),
+    ],
+)
+def test_collective_timeout_from_the_spec(fields: dict[str, Any], expected: str) -> None:
+    base = {"LAUNCHBAY_COLLECTIVE_TIMEOUT_S": "99"}  # the worker's own: never inherited
+    env = plan(spec(**fields), base_env=base).env
+    assert env["LAUNCHBAY_COLLECTIVE_TIMEOUT_S"] == expected
+
+
+def test_collective_timeout_default_is_a_setting() -> None:
+    job_spec = spec()
+    env = build_launch(
+        job_spec,
+        job_id="j",
+        attempt=1,
+        paths=PATHS,
+        resume_from=None,
+        cuda_available=False,
+        port=1,
+        python=PY,
+        base_env={},
+        recipe_module="jobs.recipes.synthetic",
+        default_collective_timeout_s=120,
+    ).env
+    assert env["LAUNCHBAY_COLLECTIVE_TIMEOUT_S"] == "120"
+
+
+def test_torchrun_ranks_get_a_fresh_store_per_elastic_restart() -> None:
+    assert plan(spec()).env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    code = {"code_id": CODE_ID, "entrypoint": "main.py"}
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in plan(spec(code=code, launcher="python")).env

@@ -1,0 +1,364 @@
+"""Faults injected into real processes, the job driven and checked over HTTP: a worker SIGKILLed
+mid-job (R1), a rank SIGKILLed (R2), a cancel (R3), Redis and the API restarted (R4), a job
+that hangs or runs too long (R5). Each test prints what it measured (`pytest -s`).
+
+One stack (API, worker, its own Redis) serves R1, R2, R3 and R5, with fast heartbeats and a
+reaper that takes a job for lost after LOST_AFTER_S; R4 restarts Redis and the API, so it has
+a stack of its own.
+"""
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from tests.conftest import make_stack
+from tests.e2e.conftest import job_processes
+from tests.support.procs import wait_until
+from tests.support.services import RedisServer, private_redis
+from tests.support.stack import Stack
+
+LOST_AFTER_S = 6
+FAST_FAULTS = {
+    "LAUNCHBAY_HEARTBEAT_INTERVAL_S": "1",
+    "LAUNCHBAY_REAPER_INTERVAL_S": "1",
+    "LAUNCHBAY_REAPER_LOST_AFTER_S": str(LOST_AFTER_S),
+}
+GRACE_S = 3  # LAUNCHBAY_CANCEL_GRACE_S of every Stack
+
+
+def synthetic(name: str, **fields: Any) -> dict[str, Any]:
+    config = {"log_every_steps": 1, **fields.pop("config", {})}
+    return {"name": name, "recipe": "synthetic", "nproc_per_node": 2, "config": config, **fields}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("faults")
+    with private_redis() as redis:
+        running = make_stack(
+            root / "stack", f"sqlite:///{root / 'launchbay.db'}", redis.url(), **FAST_FAULTS
+        )
+        try:
+            running.start_api()
+            running.start_worker()
+            yield running
+        finally:
+            running.stop()
+
+
+@pytest.fixture
+def http(stack: Stack) -> Iterator[httpx.Client]:
+    with stack.client() as client:
+        yield client
+
+
+def environ_of(proc: psutil.Process) -> dict[str, str]:
+    try:
+        return proc.environ()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return {}
+
+
+def attempt_processes(job_id: str, attempt: int) -> list[psutil.Process]:
+    procs = job_processes(job_id)
+    return [p for p in procs if environ_of(p).get("LAUNCHBAY_ATTEMPT") == str(attempt)]
+
+
+def rank_processes(job_id: str) -> dict[int, psutil.Process]:
+    """The ranks (rank_main.py under torchrun) of the job, by rank."""
+    ranks = {}
+    for proc in job_processes(job_id):
+        env = environ_of(proc)
+        try:
+            if "RANK" in env and any(a.endswith("rank_main.py") for a in proc.cmdline()):
+                ranks[int(env["RANK"])] = proc
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return ranks
+
+
+def groups_of(procs: list[psutil.Process]) -> set[int]:
+    groups = set()
+    for proc in procs:
+        try:
+            groups |= {os.getpgid(proc.pid), os.getsid(proc.pid)}
+        except ProcessLookupError:
+            continue
+    return groups - {os.getpgid(0), os.getsid(0)}
+
+
+def alive_in(pids: set[int], groups: set[int]) -> list[int]:
+    """PIDs alive among `pids`, or in one of the process groups or sessions `groups`."""
+    alive = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        pid = proc.info["pid"]
+        try:
+            if pid in pids or os.getpgid(pid) in groups or os.getsid(pid) in groups:
+                alive.append(pid)
+        except ProcessLookupError:
+            continue
+    return alive
+
+
+def metric_points(http: httpx.Client, job_id: str) -> list[dict[str, Any]]:
+    body = http.get(f"/v1/jobs/{job_id}/metrics", params={"limit": 10_000}).json()
+    items: list[dict[str, Any]] = body["items"]
+    return items
+
+
+def reported_points(stack: Stack, job_id: str, attempt: int = 1) -> int:
+    """How many metric points rank 0 wrote to the attempt's events file."""
+    events = stack.data_dir / "runs" / job_id / f"attempt-{attempt}" / "events.jsonl"
+    lines = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+    return sum(len(line["metrics"]) for line in lines if line["type"] == "metric")
+
+
+def submit(http: httpx.Client, spec: dict[str, Any]) -> str:
+    response = http.post("/v1/jobs", json=spec)
+    assert response.status_code == 201, response.text
+    job_id: str = response.json()["id"]
+    return job_id
+
+
+def seconds(job: dict[str, Any], start: str, end: str) -> float:
+    from datetime import datetime
+
+    return (datetime.fromisoformat(job[end]) - datetime.fromisoformat(job[start])).total_seconds()
+
+
+# R1
+
+
+def test_a_killed_worker_s_job_is_retried_and_resumes_from_its_checkpoint(
+    stack: Stack, http: httpx.Client
+) -> None:
+    spec = synthetic("resumed", max_retries=1, config={"epochs": 4, "sleep_per_step_s": 0.25})
+    job_id = submit(http, spec)
+    stack.wait_for_state(http, job_id, {"running"})
+    assert wait_until(lambda: http.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"], 60)
+    first = attempt_processes(job_id, 1)
+    first_pids = {p.pid for p in first}
+    first_groups = groups_of(first)
+    assert len(first) >= 3  # torchrun and two ranks
+
+    # SIGKILL the worker: its main process and its work horse (every process of its session;
+    # the horse has a process group of its own).
+    [worker] = [w for w in stack.workers if w.poll() is None]
+    worker_procs = [p for p in psutil.process_iter() if _sid(p.pid) == worker.pid]
+    for proc in worker_procs:
+        proc.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    worker.wait(10)
+    assert len(worker_procs) == 2, worker_procs
+
+    # The kernel takes the rest down: the launcher gets SIGTERM, then the ranks SIGKILL.
+    assert wait_until(lambda: not alive_in(first_pids, first_groups), timeout=15, interval=0.1)
+    orphans_gone_s = time.monotonic() - killed_at
+    job = stack.wait_for_state(http, job_id, {"queued"}, timeout=30, interval=0.2)
+    requeued_s = time.monotonic() - killed_at
+    assert job["attempt"] == 2 and job["exit_reason"] is None and job["worker"] is None
+    assert "worker_lost" in job["message"]
+    checkpoints = http.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
+    resume_step = max(c["step"] for c in checkpoints if c["attempt"] == 1)
+
+    stack.start_worker()
+    job = stack.wait_for_state(http, job_id, {"succeeded"}, timeout=120)
+    assert (job["attempt"], job["exit_reason"]) == (2, "completed")
+
+    points = [p for p in metric_points(http, job_id) if p["name"] == "loss"]
+    first_steps = [p["step"] for p in points if p["attempt"] == 1]
+    second_steps = [p["step"] for p in points if p["attempt"] == 2]
+    assert min(second_steps) == resume_step + 1, (resume_step, second_steps)
+    assert second_steps == sorted(second_steps)
+    assert second_steps[-1] == job["progress"]["total_steps"]
+    logs = http.get(f"/v1/jobs/{job_id}/logs", params={"rank": 0, "limit": 10_000}).json()
+    assert any(line["line"].startswith(f"resumed at step {resume_step}:") for line in logs["items"])
+    assert not alive_in(first_pids, first_groups) and not attempt_processes(job_id, 1)
+    assert not job_processes(job_id)
+    print(
+        f"\nR1: attempt-1 processes gone {orphans_gone_s:.1f} s after the kill; "
+        f"job queued again (attempt 2) after {requeued_s:.1f} s; resumed after step "
+        f"{resume_step} (attempt 1 reached step {max(first_steps)}, attempt 2 ran steps "
+        f"{min(second_steps)}..{max(second_steps)}); 0 processes of attempt 1 left"
+    )
+
+
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except ProcessLookupError:
+        return None
+
+
+# R2
+
+
+@pytest.mark.parametrize("max_restarts", [1, 0], ids=["restarted", "failed"])
+def test_a_killed_rank_takes_its_attempt_down(
+    stack: Stack, http: httpx.Client, max_restarts: int
+) -> None:
+    spec = synthetic(
+        f"rank-killed-{max_restarts}",
+        max_restarts=max_restarts,
+        config={"epochs": 2, "sleep_per_step_s": 0.2},
+    )
+    job_id = submit(http, spec)
+    stack.wait_for_state(http, job_id, {"running"})
+    assert wait_until(lambda: metric_points(http, job_id), timeout=60)
+    ranks = rank_processes(job_id)
+    assert sorted(ranks) == [0, 1]
+    ranks[1].send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    pids = {p.pid for p in ranks.values()}
+    assert wait_until(lambda: not alive_in(pids, set()), timeout=5, interval=0.05)
+    ranks_gone_s = time.monotonic() - killed_at
+
+    if max_restarts:
+        job = stack.wait_for_state(http, job_id, {"succeeded"}, timeout=120)
+        logs = http.get(f"/v1/jobs/{job_id}/logs", params={"limit": 10_000}).json()["items"]
+        assert any("(elastic restart 1)" in line["line"] for line in logs)
+        assert job["attempt"] == 1
+    else:
+        job = stack.wait_for_state(http, job_id, {"failed"}, timeout=60)
+        assert job["exit_reason"] == "user_error", job
+        assert job["message"].startswith("rank 1 failed (exit code -9, SIGKILL)"), job["message"]
+    assert wait_until(lambda: not job_processes(job_id), timeout=5)
+    print(
+        f"\nR2 (max_restarts={max_restarts}): both ranks gone {ranks_gone_s:.2f} s after "
+        f"SIGKILL of rank 1; job {job['state']} ({job['exit_reason']})"
+    )
+
+
+# R3
+
+
+def test_cancel_leaves_no_process_behind(stack: Stack, http: httpx.Client) -> None:
+    job_id = submit(http, synthetic("cancelled", config={"epochs": 50, "sleep_per_step_s": 0.5}))
+    stack.wait_for_state(http, job_id, {"running"})
+    assert wait_until(lambda: len(rank_processes(job_id)) == 2, timeout=60)
+    procs = job_processes(job_id)
+    pids, groups = {p.pid for p in procs}, groups_of(procs)
+
+    workers = http.get("/v1/workers").json()["items"]
+    [busy] = [w for w in workers if (w["current_job"] or {}).get("id") == job_id]
+    assert (busy["state"], busy["queues"], busy["devices"]) == ("busy", ["default"], ["cpu"])
+
+    asked = time.monotonic()
+    response = http.post(f"/v1/jobs/{job_id}/cancel")
+    assert response.status_code == 202 and response.json()["state"] == "cancelling"
+    leftovers_at_cancelled: list[int] = []
+
+    def cancelled() -> bool:
+        if http.get(f"/v1/jobs/{job_id}").json()["state"] != "cancelled":
+            return False
+        leftovers_at_cancelled.extend(alive_in(pids, groups))
+        return True
+
+    assert wait_until(cancelled, timeout=GRACE_S + 10, interval=0.05)
+    took = time.monotonic() - asked
+    assert leftovers_at_cancelled == [], "cancelled while processes of the job still ran"
+    assert took <= GRACE_S + 2, took
+    assert not alive_in(pids, groups) and not job_processes(job_id)
+    job = http.get(f"/v1/jobs/{job_id}").json()
+    assert job["exit_reason"] == "cancelled"
+    print(
+        f"\nR3: cancelled {took:.2f} s after POST cancel (grace {GRACE_S} s); "
+        f"{len(pids)} processes in {len(groups)} groups/sessions, 0 left"
+    )
+
+
+# R5
+
+
+def test_a_job_that_makes_no_progress_is_a_hang(stack: Stack, http: httpx.Client) -> None:
+    spec = synthetic("hangs", hang_timeout_s=3, config={"sleep_per_step_s": 60})
+    job_id = submit(http, spec)
+    job = stack.wait_for_state(http, job_id, {"failed"}, timeout=60)
+    assert job["exit_reason"] == "hang", job
+    assert job["message"] == "stopped: no new event from rank 0 for hang_timeout_s=3 s"
+    ran_s = seconds(job, "started_at", "finished_at")
+    assert 3 <= ran_s <= 3 + GRACE_S + 3, ran_s
+    assert wait_until(lambda: not job_processes(job_id), timeout=5)
+    print(f"\nR5: hang_timeout_s=3: failed (hang) {ran_s:.1f} s after it started")
+
+
+def test_a_job_that_runs_too_long_times_out(stack: Stack, http: httpx.Client) -> None:
+    spec = synthetic("too-long", timeout_s=5, config={"epochs": 100, "sleep_per_step_s": 0.2})
+    job_id = submit(http, spec)
+    job = stack.wait_for_state(http, job_id, {"failed"}, timeout=60)
+    assert job["exit_reason"] == "timeout", job
+    assert job["message"] == "stopped after timeout_s=5 s"
+    ran_s = seconds(job, "started_at", "finished_at")
+    assert 5 <= ran_s <= 5 + GRACE_S + 3, ran_s
+    assert metric_points(http, job_id), "the metrics until the stop were kept"
+    assert wait_until(lambda: not job_processes(job_id), timeout=5)
+    print(f"\nR5: timeout_s=5: failed (timeout) {ran_s:.1f} s after it started")
+
+
+# R4
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    with private_redis() as server:
+        yield server
+
+
+def test_redis_and_api_restarts_lose_nothing(
+    tmp_path: Path, sqlite_url: str, own_redis: RedisServer
+) -> None:
+    stack = make_stack(tmp_path / "stack", sqlite_url, own_redis.url())
+    try:
+        stack.start_api()
+        worker = stack.start_worker()
+        spec = synthetic("survivor", config={"epochs": 8, "sleep_per_step_s": 0.3})
+        with stack.client() as http:
+            job_id = submit(http, spec)
+            stack.wait_for_state(http, job_id, {"running"})
+            assert wait_until(lambda: metric_points(http, job_id), timeout=60)
+            own_redis.stop()  # Redis restarts empty: RQ's job, registries and keys are gone
+            time.sleep(1)
+            own_redis.start()
+            # The API's Redis client reconnects by itself.
+            assert wait_until(lambda: http.get("/v1/ready").status_code == 200, timeout=15)
+            restarted_redis_at = len(metric_points(http, job_id))
+            assert http.get(f"/v1/jobs/{job_id}").json()["state"] == "running"
+        stack.stop_api()
+        stack.start_api()
+        with stack.client() as http:
+            job = stack.wait_for_state(http, job_id, {"succeeded"}, timeout=120)
+            assert (job["attempt"], job["exit_reason"]) == (1, "completed")
+            points = metric_points(http, job_id)
+            assert len(points) == reported_points(stack, job_id) > restarted_redis_at
+            assert [p["seq"] for p in points] == sorted({p["seq"] for p in points})
+            states = [e["data"]["state"] for e in _events(http, job_id) if e["event"] == "state"]
+            assert states == ["queued", "starting", "running", "succeeded"]
+            assert http.get("/v1/ready").status_code == 200
+
+            # The same worker process is still at work, on the emptied Redis.
+            second = submit(http, synthetic("after-restart", config={"epochs": 1}))
+            stack.wait_for_state(http, second, {"succeeded"}, timeout=90)
+            assert worker.poll() is None
+        print(
+            f"\nR4: {len(points)} metric points of {reported_points(stack, job_id)} reported "
+            f"({restarted_redis_at} before the Redis restart); the worker survived it and "
+            "ran the next job"
+        )
+    finally:
+        stack.stop()
+
+
+def _events(http: httpx.Client, job_id: str) -> list[dict[str, Any]]:
+    from tests.e2e.test_pipeline import follow_events
+
+    return follow_events(http, job_id)

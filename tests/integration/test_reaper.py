@@ -1,0 +1,252 @@
+"""The reaper against a real database and a real Redis: lost jobs are retried, failed or
+cancelled, queued jobs whose queue entry vanished are enqueued again, a late worker's writes
+are refused, and several reapers at once change each job once."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from redis import Redis
+from rq import Queue
+from rq.job import Job as RQJob
+from sqlalchemy import update
+from sqlalchemy.engine import Engine
+from sqlmodel import col, select
+
+from jobs.spec import JobSpec
+from jobs.states import ExitReason, JobState
+from service import store
+from service.db import make_engine, session_scope
+from service.models import Job, JobEvent, utcnow
+from service.queue import enqueue_attempt, rq_job_id
+from service.reaper import ReapReport, reap_once
+from service.settings import Settings
+
+LAUNCHBAY = str(Path(sys.executable).parent / "launchbay")
+
+
+@dataclass
+class Env:
+    settings: Settings
+    engine: Engine
+    redis: Redis
+
+    def job(self, max_retries: int = 0, state: JobState = JobState.RUNNING) -> str:
+        """A job of attempt 1 in `state`, its heartbeat a minute old, as a lost worker left it."""
+        spec = JobSpec(name="lost", recipe="synthetic", max_retries=max_retries)
+        with session_scope(self.engine) as session:
+            job = store.create_job(session, spec)
+            enqueue_attempt(self.redis, job, grace_s=1)
+            path = {
+                JobState.STARTING: [JobState.STARTING],
+                JobState.RUNNING: [JobState.STARTING, JobState.RUNNING],
+                JobState.CANCELLING: [JobState.STARTING, JobState.RUNNING, JobState.CANCELLING],
+            }[state]
+            for target in path:
+                assert store.transition_job(session, job.id, target, attempt=1, worker="w:1")
+            self.set_heartbeat(job.id, seconds_ago=60)
+            return job.id
+
+    def set_heartbeat(self, job_id: str, seconds_ago: float) -> None:
+        at = utcnow() - timedelta(seconds=seconds_ago)
+        with session_scope(self.engine) as session:
+            session.execute(
+                update(Job).where(col(Job.id) == job_id).values(last_heartbeat=at, started_at=at)
+            )
+            session.commit()
+
+    def get(self, job_id: str) -> Job:
+        with session_scope(self.engine) as session:
+            job = session.get(Job, job_id)
+            assert job is not None
+            return job
+
+    def reap(self) -> ReapReport:
+        return reap_once(self.engine, self.redis, self.settings)
+
+    def rq_status(self, job_id: str, attempt: int) -> str | None:
+        if not RQJob.exists(rq_job_id(job_id, attempt), connection=self.redis):
+            return None
+        status = RQJob.fetch(rq_job_id(job_id, attempt), connection=self.redis).get_status()
+        return None if status is None else str(status.value)
+
+
+@pytest.fixture
+def env(settings: Settings) -> Iterator[Env]:
+    settings = settings.model_copy(
+        update={"reaper_lost_after_s": 20.0, "reaper_queued_grace_s": 2.0}
+    )
+    engine = make_engine(settings.resolved_database_url)
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        yield Env(settings, engine, redis)
+    finally:
+        redis.close()
+        engine.dispose()
+
+
+def test_a_lost_job_with_retries_left_is_queued_again_as_its_next_attempt(env: Env) -> None:
+    job_id = env.job(max_retries=2)
+    report = env.reap()
+
+    assert report.retried == [job_id]
+    job = env.get(job_id)
+    assert (job.state, job.attempt, job.worker, job.started_at) == ("queued", 2, None, None)
+    assert (job.exit_code, job.exit_reason, job.last_heartbeat) == (None, None, None)
+    assert job.message is not None and "worker w:1 lost" in job.message
+    assert env.rq_status(job_id, 2) == "queued"
+    with session_scope(env.engine) as session:
+        stmt = select(JobEvent).where(JobEvent.job_id == job_id).order_by(col(JobEvent.seq))
+        last = session.exec(stmt).all()[-1]
+    assert (last.kind, last.attempt) == ("state", 2)
+    assert last.data["state"] == "queued" and last.data["retry_of"] == 1
+    assert last.data["exit_reason"] == "worker_lost"
+    assert env.reap() == ReapReport(), "a queued retry is left alone"
+
+
+def test_a_lost_job_without_retries_fails_as_worker_lost(env: Env) -> None:
+    job_id = env.job(max_retries=0, state=JobState.STARTING)
+    assert env.reap().failed == [job_id]
+    job = env.get(job_id)
+    assert (job.state, job.exit_reason, job.attempt) == ("failed", "worker_lost", 1)
+    assert job.finished_at is not None
+
+
+def test_a_lost_cancelling_job_is_cancelled(env: Env) -> None:
+    job_id = env.job(max_retries=3, state=JobState.CANCELLING)
+    assert env.reap().cancelled == [job_id]
+    job = env.get(job_id)
+    assert (job.state, job.exit_reason, job.attempt) == ("cancelled", "cancelled", 1)
+
+
+def test_a_job_that_heartbeats_is_left_alone(env: Env) -> None:
+    job_id = env.job(max_retries=1)
+    env.set_heartbeat(job_id, seconds_ago=5)
+    assert env.reap() == ReapReport()
+    assert env.get(job_id).state == "running"
+
+
+def test_a_heartbeat_between_the_look_and_the_change_wins(env: Env) -> None:
+    job_id = env.job(max_retries=1)
+    cutoff = utcnow() - timedelta(seconds=20)
+    env.set_heartbeat(job_id, seconds_ago=1)  # the worker answers just now
+    with session_scope(env.engine) as session:
+        assert (
+            store.requeue_job(
+                session, job_id, 1, exit_reason=ExitReason.WORKER_LOST, lost_before=cutoff
+            )
+            is None
+        )
+        assert not store.transition_job(
+            session, job_id, JobState.FAILED, attempt=1, lost_before=cutoff
+        )
+    assert (env.get(job_id).state, env.get(job_id).attempt) == ("running", 1)
+
+
+def test_reapers_at_once_retry_a_job_once(env: Env) -> None:
+    job_ids = [env.job(max_retries=5) for _ in range(4)]
+    reports: list[ReapReport] = []
+    threads = [threading.Thread(target=lambda: reports.append(env.reap())) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    retried = sorted(job_id for report in reports for job_id in report.retried)
+    assert retried == sorted(job_ids)
+    assert {env.get(job_id).attempt for job_id in job_ids} == {2}
+
+
+def test_the_policy_decides_which_failures_retry(env: Env) -> None:
+    job_id = env.job(max_retries=1)
+    with session_scope(env.engine) as session:
+        for reason in (ExitReason.CANCELLED, ExitReason.TIMEOUT, ExitReason.LAUNCH_ERROR):
+            assert store.requeue_job(session, job_id, 1, exit_reason=reason) is None
+        retried = store.requeue_job(session, job_id, 1, exit_reason=ExitReason.HANG)
+        assert retried is not None and retried.attempt == 2
+        assert store.transition_job(session, job_id, JobState.STARTING, attempt=2)
+        assert store.transition_job(session, job_id, JobState.RUNNING, attempt=2)
+        # max_retries: 1 is used up
+        assert store.requeue_job(session, job_id, 2, exit_reason=ExitReason.HANG) is None
+
+
+def test_writes_of_a_superseded_attempt_are_refused(env: Env) -> None:
+    job_id = env.job(max_retries=1)
+    env.reap()
+    seq = env.get(job_id).last_seq
+    point = store.NewMetricPoint(1, 1, "loss", 0.5, time.time())
+    with session_scope(env.engine) as session:
+        with pytest.raises(store.AttemptSuperseded):
+            store.append_metric_points(session, job_id, 1, [point])
+        with pytest.raises(store.AttemptSuperseded):
+            store.append_log_lines(session, job_id, 1, [store.NewLogLine(0, time.time(), "x")])
+        with pytest.raises(store.AttemptSuperseded):
+            store.register_checkpoint(
+                session,
+                job_id,
+                1,
+                path="checkpoints/x.pt",
+                step=1,
+                epoch=1,
+                metrics={},
+                size=1,
+                sha256="0" * 64,
+            )
+        with pytest.raises(store.AttemptSuperseded):
+            store.add_attempt_event(session, job_id, "restart", 1, {"restart": 1})
+        assert store.touch_job_heartbeat(session, job_id, 1) is None
+        assert not store.transition_job(session, job_id, JobState.FAILED, attempt=1)
+        assert not store.transition_job(session, job_id, JobState.SUCCEEDED, attempt=1)
+    job = env.get(job_id)
+    assert (job.state, job.attempt, job.last_seq) == ("queued", 2, seq)
+
+
+def test_queued_jobs_whose_queue_entry_vanished_are_enqueued_again(env: Env) -> None:
+    old = env.job(max_retries=0, state=JobState.RUNNING)
+    with session_scope(env.engine) as session:
+        queued = store.create_job(session, JobSpec(name="q", recipe="synthetic"))
+    env.redis.flushdb()  # Redis lost its data
+    assert env.reap().enqueued == [], "a job just created has some slack"
+    time.sleep(env.settings.reaper_queued_grace_s + 0.5)
+    report = env.reap()
+    assert report.enqueued == [queued.id]
+    assert env.rq_status(queued.id, 1) == "queued"
+    assert Queue("default", connection=env.redis).job_ids == [rq_job_id(queued.id, 1)]
+    assert env.reap().enqueued == [], "enqueued once"
+    assert env.get(old).state == "failed"  # lost meanwhile: no retries
+
+
+def test_a_queued_job_whose_queue_entry_ended_is_enqueued_again(env: Env) -> None:
+    with session_scope(env.engine) as session:
+        job = store.create_job(session, JobSpec(name="q", recipe="synthetic"))
+    enqueue_attempt(env.redis, job, grace_s=1)
+    rq_job = RQJob.fetch(rq_job_id(job.id, 1), connection=env.redis)
+    Queue("default", connection=env.redis).remove(rq_job)
+    rq_job.set_status("failed")  # a work horse died before it took the job
+    time.sleep(env.settings.reaper_queued_grace_s + 0.5)
+    assert env.reap().enqueued == [job.id]
+    assert env.rq_status(job.id, 1) == "queued"
+
+
+def test_launchbay_reaper_once(env: Env) -> None:
+    job_id = env.job(max_retries=0)
+    settings = env.settings
+    command_env = {
+        **os.environ,
+        "LAUNCHBAY_DATA_DIR": str(settings.data_dir),
+        "LAUNCHBAY_DATABASE_URL": settings.resolved_database_url,
+        "LAUNCHBAY_REDIS_URL": settings.redis_url,
+        "LAUNCHBAY_REAPER_LOST_AFTER_S": "10",
+    }
+    done = subprocess.run(
+        [LAUNCHBAY, "reaper", "--once"], env=command_env, capture_output=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    job = env.get(job_id)
+    assert (job.state, job.exit_reason) == ("failed", "worker_lost")

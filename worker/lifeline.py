@@ -1,0 +1,49 @@
+"""Run a command that dies with the process that started it (Linux).
+
+    python -I -S lifeline.py PARENT_PID SIGNAL -- COMMAND [ARGS...]
+
+asks the kernel to send SIGNAL to this process when its parent exits (``PR_SET_PDEATHSIG``,
+which an exec keeps), exits at once if the parent is no longer PARENT_PID (it died before the
+request took effect), records its PID as ``LAUNCHBAY_LAUNCHER_PID`` for the ranks (see
+`rank_main.py`), then execs COMMAND in this very process: the launcher keeps this PID.
+
+`worker.supervise.start_launcher` starts torchrun through it with SIGTERM, so a work horse that
+is SIGKILLed (or dies any other way) still has torchrun stop the ranks. A wrapper rather than
+a `preexec_fn`: the supervisor has threads, and code run between fork and exec may deadlock.
+Like `rank_main.py` it is run as a script and imports only the standard library.
+"""
+
+import ctypes
+import os
+import sys
+
+PR_SET_PDEATHSIG = 1
+LAUNCHER_PID_ENV = "LAUNCHBAY_LAUNCHER_PID"
+USAGE = "usage: lifeline.py PARENT_PID SIGNAL -- COMMAND [ARGS...]"
+
+
+def die_with_parent(signal_number: int) -> bool:
+    """Have `signal_number` sent to this process when its parent exits; False where the
+    platform cannot (then nothing changes)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, signal_number, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 4 or argv[2] != "--" or not argv[0].isdigit() or not argv[1].isdigit():
+        raise SystemExit(USAGE)
+    parent, signal_number, command = int(argv[0]), int(argv[1]), argv[3:]
+    die_with_parent(signal_number)
+    if os.getppid() != parent:
+        os._exit(128 + signal_number)
+    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
+    os.execvp(command[0], command)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,172 @@
+"""Find and stop what is left of attempts whose supervisor died (a work horse SIGKILLed, a
+worker killed with its horse, a machine that lost its worker process).
+
+The kernel already takes most of it (`lifeline.py`, `rank_main.py`): the launcher is SIGTERMed
+when its supervisor dies, and each rank SIGKILLed when its launcher does. What can remain are
+processes a rank started in sessions of their own. So each supervisor leaves a note,
+
+    <data dir>/supervisors/<host>/<job>-<attempt>.json   {job_id, attempt, pid, create_time,
+                                                          boot_time, pids_file}
+
+while its attempt runs, and removes it when nothing of the attempt is left. A worker starting,
+and each work horse before its attempt, reads the notes of its own host: where the supervisor
+is gone (no process with that PID and start time since the same boot), every process still
+recorded in the attempt's `pids.json`, or whose environment names the attempt, is SIGKILLed.
+Notes of other hosts are never read (the data dir may be shared): PIDs mean nothing there.
+"""
+
+import json
+import logging
+import os
+import signal
+import socket
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+# psutil's start times are rounded; a reused PID starts at another time.
+SAME_START_S = 0.01
+
+
+@dataclass(frozen=True)
+class SupervisorNote:
+    job_id: str
+    attempt: int
+    pid: int
+    create_time: float
+    boot_time: float
+    pids_file: str
+
+
+def notes_dir(data_dir: Path) -> Path:
+    return data_dir / "supervisors" / socket.gethostname()
+
+
+def note_path(data_dir: Path, job_id: str, attempt: int) -> Path:
+    return notes_dir(data_dir) / f"{job_id}-{attempt}.json"
+
+
+def leave_note(data_dir: Path, job_id: str, attempt: int, pids_file: Path) -> Path:
+    """Record that this process supervises the attempt (see the module docstring)."""
+    me = psutil.Process()
+    note = SupervisorNote(
+        job_id, attempt, me.pid, me.create_time(), psutil.boot_time(), str(pids_file)
+    )
+    path = note_path(data_dir, job_id, attempt)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.tmp")
+    temp.write_text(json.dumps(asdict(note)))
+    os.replace(temp, path)
+    return path
+
+
+def remove_note(data_dir: Path, job_id: str, attempt: int) -> None:
+    try:
+        note_path(data_dir, job_id, attempt).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _alive(pid: int, create_time: float) -> bool:
+    try:
+        return abs(psutil.Process(pid).create_time() - create_time) < SAME_START_S
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
+def _recorded(pids_file: Path) -> dict[int, float]:
+    try:
+        records = json.loads(pids_file.read_text())
+        return {int(r["pid"]): float(r["create_time"]) for r in records}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def attempt_processes(note: SupervisorNote) -> list[psutil.Process]:
+    """Live processes of the attempt: recorded in its pids.json (same PID and start time), or
+    with the attempt in their environment (every process the ranks start inherits it)."""
+    recorded = _recorded(Path(note.pids_file))
+    me = os.getpid()
+    found = []
+    for proc in psutil.process_iter(["pid", "create_time", "status"]):
+        info = proc.info
+        if info["pid"] == me or info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        started = recorded.get(info["pid"])
+        if started is not None and abs(started - (info["create_time"] or 0)) < SAME_START_S:
+            found.append(proc)
+            continue
+        try:
+            env = proc.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if env.get("LAUNCHBAY_JOB_ID") == note.job_id and env.get("LAUNCHBAY_ATTEMPT") == str(
+            note.attempt
+        ):
+            found.append(proc)
+    return found
+
+
+def _read_note(path: Path) -> SupervisorNote | None:
+    try:
+        return SupervisorNote(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def stop_orphans(data_dir: Path, *, timeout_s: float = 5.0) -> list[int]:
+    """SIGKILL what is left of this host's attempts whose supervisor is gone; returns the PIDs
+    killed. A note is removed once nothing of its attempt is left."""
+    try:
+        paths = sorted(notes_dir(data_dir).glob("*.json"))
+    except OSError:
+        return []
+    boot_time = psutil.boot_time()
+    killed: list[int] = []
+    for path in paths:
+        note = _read_note(path)
+        if note is None:
+            continue
+        if abs(note.boot_time - boot_time) < 1 and _alive(note.pid, note.create_time):
+            continue
+        left = attempt_processes(note) if abs(note.boot_time - boot_time) < 1 else []
+        stopped: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while left:
+            for proc in left:
+                try:
+                    proc.send_signal(signal.SIGKILL)
+                    stopped.add(proc.pid)
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+            left = attempt_processes(note)
+        killed += stopped
+        if left:
+            log.error(
+                "job %s attempt %d: processes %s survive SIGKILL",
+                note.job_id,
+                note.attempt,
+                [p.pid for p in left],
+            )
+            continue
+        if stopped:
+            log.warning(
+                "job %s attempt %d: its supervisor died; killed %s",
+                note.job_id,
+                note.attempt,
+                sorted(stopped),
+            )
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+    return sorted(set(killed))
