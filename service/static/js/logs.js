@@ -1,0 +1,100 @@
+// Every rank's output, one tab per rank, following the tail while scrolled to the bottom.
+
+import { h } from "./dom.js";
+
+const KEEP_LINES = 5000; // per rank, in the browser; the CLI and API have them all
+
+export class LogViewer {
+  constructor(container) {
+    this.lines = new Map(); // rank -> [text]
+    this.rank = 0;
+    this.follow = true;
+    this.tabs = h("div", { class: "tabs", role: "tablist", "aria-label": "rank" });
+    this.followBox = h("input", {
+      type: "checkbox",
+      id: "log-follow",
+      checked: true,
+      onchange: () => {
+        this.follow = this.followBox.checked;
+        if (this.follow) this.scrollToEnd();
+      },
+    });
+    this.pane = h("pre", { class: "log", id: "log-pane", tabindex: "0", dataset: { rank: "0" } });
+    this.pane.addEventListener("scroll", () => {
+      const atEnd = this.pane.scrollHeight - this.pane.scrollTop - this.pane.clientHeight < 8;
+      if (atEnd !== this.follow) {
+        this.follow = atEnd;
+        this.followBox.checked = atEnd;
+      }
+    });
+    this.empty = h("p", { class: "muted small" }, "No output from this rank yet.");
+    container.append(
+      h("div", { class: "log-bar" }, this.tabs, h("label", { class: "small" }, this.followBox, " follow")),
+      this.pane,
+      this.empty,
+    );
+  }
+
+  // Ranks shown as tabs before they print anything (the job's world size).
+  expectRanks(count) {
+    for (let rank = 0; rank < count; rank += 1) this.ensure(rank);
+  }
+
+  ensure(rank) {
+    if (this.lines.has(rank)) return this.lines.get(rank);
+    const lines = [];
+    this.lines.set(rank, lines);
+    const tabs = [...this.lines.keys()].sort((a, b) => a - b);
+    this.tabs.replaceChildren(
+      ...tabs.map((r) =>
+        h(
+          "button",
+          {
+            type: "button",
+            role: "tab",
+            class: "tab",
+            "aria-selected": String(r === this.rank),
+            dataset: { rank: String(r), lines: String(this.lines.get(r).length) },
+            onclick: () => this.show(r),
+          },
+          `rank ${r}`,
+        ),
+      ),
+    );
+    return lines;
+  }
+
+  add(line) {
+    const lines = this.ensure(line.rank);
+    lines.push(line.line);
+    const tab = this.tabs.querySelector(`[data-rank="${line.rank}"]`);
+    tab.dataset.lines = String(lines.length);
+    if (lines.length > KEEP_LINES) {
+      lines.splice(0, lines.length - KEEP_LINES);
+      if (line.rank === this.rank) this.pane.firstChild?.remove();
+    }
+    if (line.rank === this.rank) {
+      this.pane.append(h("div", { class: "log-line" }, line.line));
+      this.empty.hidden = true;
+      if (this.follow) this.scrollToEnd();
+    }
+  }
+
+  show(rank) {
+    this.rank = rank;
+    for (const tab of this.tabs.children) {
+      tab.setAttribute("aria-selected", String(tab.dataset.rank === String(rank)));
+    }
+    const lines = this.lines.get(rank) || [];
+    this.pane.dataset.rank = String(rank);
+    this.pane.replaceChildren(...lines.map((text) => h("div", { class: "log-line" }, text)));
+    this.empty.hidden = lines.length > 0;
+    this.follow = true;
+    this.followBox.checked = true;
+    this.scrollToEnd();
+  }
+
+  scrollToEnd() {
+    this.pane.scrollTop = this.pane.scrollHeight;
+  }
+}

@@ -1,0 +1,169 @@
+// One job: state timeline, live metric charts, per-rank logs, checkpoints and its spec,
+// all fed by GET /v1/jobs/{id}/events (resumed with Last-Event-ID when it drops).
+
+import { api } from "../api.js";
+import { MetricCharts } from "../charts.js";
+import { CheckpointTable } from "../checkpoints.js";
+import { TERMINAL, describeError, formatDuration, formatTime, h, parseTime, stateBadge } from "../dom.js";
+import { LogViewer } from "../logs.js";
+import { EventStream } from "../sse.js";
+import { dump } from "../../vendor/js-yaml/js-yaml.esm.min.js";
+import { cancelButton, progressCell } from "./jobs.js";
+
+const REFRESH_MS = 3000;
+
+export async function renderJob(ctx) {
+  const [id] = ctx.params;
+  let job = await api.getJob(id, ctx.signal);
+
+  const badge = h("span", { id: "job-state" });
+  const streamStatus = h("span", { class: "stream-status small", id: "stream-status" });
+  const cancel = cancelButton(id, () => refreshJob());
+  const summary = h("dl", { class: "summary" });
+  const timeline = h("ol", { class: "timeline", id: "timeline" });
+  const charts = h("div", { class: "charts", id: "charts" });
+  const noMetrics = h("p", { class: "muted", id: "no-metrics" }, "No metrics reported yet.");
+  const logBox = h("div", { id: "logs" });
+  const checkpointBox = h("div", { id: "checkpoints" });
+  const spec = h("pre", { class: "spec", id: "spec" }, dump(job.spec));
+  const resubmit = h(
+    "button",
+    {
+      type: "button",
+      class: "small",
+      onclick: () => {
+        sessionStorage.setItem("launchbay.draft", spec.textContent);
+        location.hash = "#/submit?mode=yaml";
+      },
+    },
+    "Edit and submit again",
+  );
+
+  ctx.root.append(
+    h(
+      "article",
+      { class: "job-page", dataset: { jobId: id } },
+      h("a", { href: "#/jobs", class: "back small" }, "← Jobs"),
+      h(
+        "div",
+        { class: "job-head" },
+        h("h1", { id: "job-name" }, job.name),
+        badge,
+        streamStatus,
+        h("span", { class: "spacer" }),
+        cancel,
+      ),
+      summary,
+      section("Timeline", timeline),
+      section("Metrics", noMetrics, charts),
+      section("Logs", logBox),
+      section("Checkpoints", checkpointBox),
+      section("Spec", h("div", { class: "spec-bar" }, resubmit), spec),
+    ),
+  );
+
+  const metricCharts = new MetricCharts(charts);
+  const logs = new LogViewer(logBox);
+  const checkpoints = new CheckpointTable(checkpointBox, job);
+  ctx.onCleanup(() => metricCharts.destroy());
+  const world = job.spec.launcher === "python" ? 1 : (job.spec.nnodes || 1) * (job.spec.nproc_per_node || 1);
+  logs.expectRanks(world);
+
+  const show = () => {
+    badge.replaceChildren(stateBadge(job.state));
+    cancel.hidden = TERMINAL.has(job.state) || job.state === "cancelling";
+    summary.replaceChildren(...summaryItems(job));
+  };
+  const refreshJob = async () => {
+    job = await api.getJob(id, ctx.signal);
+    show();
+    return job;
+  };
+  show();
+  checkpoints.refresh(ctx.signal).catch(() => {});
+
+  let pending = null;
+  const refreshSoon = () => {
+    if (pending) return;
+    pending = setTimeout(async () => {
+      pending = null;
+      await Promise.all([refreshJob(), checkpoints.refresh(ctx.signal)]).catch(() => {});
+    }, 150);
+  };
+  const stream = new EventStream(api.eventsPath(id), {
+    onEvent: ({ event, data }) => {
+      if (event === "metric") {
+        noMetrics.hidden = true;
+        metricCharts.add(data);
+      } else if (event === "log") logs.add(data);
+      else if (event === "state" || event === "restart") {
+        addTimelineItem(timeline, event, data);
+        refreshSoon();
+      } else if (event === "checkpoint") refreshSoon();
+    },
+    onStatus: (status) => {
+      streamStatus.textContent = { connecting: "connecting…", live: "● live", reconnecting: "reconnecting…", ended: "" }[status];
+      streamStatus.dataset.status = status;
+    },
+    onError: (err, fatal) => {
+      if (fatal) streamStatus.textContent = `live updates stopped: ${describeError(err)}`;
+    },
+    isFinished: async () => TERMINAL.has((await refreshJob()).state),
+  }).start();
+  ctx.onCleanup(() => stream.close());
+
+  const timer = setInterval(() => {
+    if (!TERMINAL.has(job.state)) refreshJob().catch(() => {});
+  }, REFRESH_MS);
+  ctx.onCleanup(() => clearInterval(timer));
+  ctx.onCleanup(() => clearTimeout(pending));
+}
+
+function section(title, ...children) {
+  const slug = title.toLowerCase();
+  return h("section", { class: `panel panel-${slug}`, "aria-labelledby": `h-${slug}` }, h("h2", { id: `h-${slug}` }, title), children);
+}
+
+function summaryItems(job) {
+  const started = parseTime(job.started_at);
+  const finished = parseTime(job.finished_at);
+  const duration = started ? ((finished ?? Date.now()) - started) / 1000 : null;
+  const items = [
+    ["ID", h("span", { class: "mono" }, job.id)],
+    ["Attempt", String(job.attempt)],
+    ["Worker", job.worker || "—"],
+    ["Created", formatTime(job.created_at)],
+    ["Started", formatTime(job.started_at)],
+    ["Finished", formatTime(job.finished_at)],
+    ["Duration", formatDuration(duration)],
+    ["Progress", progressCell(job.progress.step, job.progress.total_steps)],
+  ];
+  if (job.exit_code !== null) items.push(["Exit code", String(job.exit_code)]);
+  if (job.exit_reason) items.push(["Exit reason", job.exit_reason]);
+  if (job.message) items.push(["Message", h("span", { class: "message" }, job.message)]);
+  return items.map(([term, value]) => h("div", { class: "summary-item" }, h("dt", {}, term), h("dd", {}, value)));
+}
+
+function addTimelineItem(list, event, data) {
+  const ts = typeof data.ts === "number" ? data.ts * 1000 : null;
+  const previous = list.lastElementChild?.dataset.ts;
+  const delta = ts && previous ? ` (+${formatDuration((ts - Number(previous)) / 1000)})` : "";
+  const details = [];
+  if (event === "restart") {
+    details.push(`elastic restart ${data.restart} of ${data.max_restarts}`);
+  } else {
+    if (data.attempt > 1 || data.state === "queued") details.push(`attempt ${data.attempt}`);
+    if (data.worker) details.push(`on ${data.worker}`);
+    if (data.exit_code !== undefined && data.exit_code !== null) details.push(`exit code ${data.exit_code}`);
+  }
+  const item = h(
+    "li",
+    { class: "timeline-item", dataset: { state: data.state || event, ts: ts ?? "" } },
+    event === "restart" ? h("span", { class: "badge state-restart" }, "restart") : stateBadge(data.state),
+    h("time", { class: "small muted" }, ts ? `${formatTime(ts)}${delta}` : ""),
+    details.length ? h("span", { class: "small" }, details.join(" · ")) : null,
+    data.exit_reason ? h("span", { class: "exit-reason" }, data.exit_reason) : null,
+    data.message ? h("p", { class: "timeline-message" }, data.message) : null,
+  );
+  list.append(item);
+}

@@ -1,0 +1,339 @@
+"""The web dashboard in a real browser: Debian's chromium, headless, driven by Selenium and
+its chromedriver, against a real stack (api + worker + torchrun). `scripts/install-browser.sh`
+installs the browser; without /usr/bin/chromium these tests skip, and only then."""
+
+import base64
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.support.stack import Stack
+
+if TYPE_CHECKING:
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+ARTIFACTS = Path(
+    os.environ.get("LAUNCHBAY_TEST_ARTIFACTS", Path(__file__).parents[1] / "artifacts")
+)
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",  # root, in a container
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,1000",
+]
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs Debian's chromium: run scripts/install-browser.sh"
+)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator["WebDriver"]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    options.add_experimental_option(
+        "prefs",
+        {
+            "download.default_directory": str(downloads),
+            "download.prompt_for_download": False,
+            "safebrowsing.enabled": False,
+        },
+    )
+    # The Debian chromedriver, named: Selenium Manager would try to download one.
+    service = Service(str(CHROMEDRIVER), log_output=str(tmp_path / "chromedriver.log"))
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.downloads = downloads  # type: ignore[attr-defined]
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait(what: str, condition: Callable[[], Any], timeout: float = 15) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def js(driver: "WebDriver", script: str, *args: Any) -> Any:
+    return driver.execute_script(script, *args)
+
+
+def text_of(driver: "WebDriver", selector: str) -> str:
+    return str(js(driver, "return document.querySelector(arguments[0])?.innerText ?? ''", selector))
+
+
+def sign_in(driver: "WebDriver", stack: Stack, token: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{stack.url}/#/signin")
+    field = wait("the sign-in form", lambda: driver.find_elements(By.ID, "token"))[0]
+    field.clear()
+    field.send_keys(token)
+    driver.find_element(By.CSS_SELECTOR, "#signin-form button[type=submit]").click()
+
+
+def fill(driver: "WebDriver", field_id: str, value: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    element = driver.find_element(By.ID, field_id)
+    element.clear()
+    element.send_keys(value)
+
+
+def severe_console_entries(driver: "WebDriver") -> list[dict[str, Any]]:
+    return [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def save_screenshot(driver: "WebDriver", name: str) -> Path:
+    """The whole page as ARTIFACTS/NAME (tests/artifacts, or $LAUNCHBAY_TEST_ARTIFACTS)."""
+    shot = driver.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}
+    )
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    path.write_bytes(base64.b64decode(shot["data"]))
+    print(f"screenshot: {path}")
+    return path
+
+
+def no_horizontal_overflow(driver: "WebDriver") -> bool:
+    return bool(
+        js(
+            driver,
+            "return document.documentElement.scrollWidth <= "
+            "document.documentElement.clientWidth + 1",
+        )
+    )
+
+
+def test_a_synthetic_job_submitted_and_followed_in_the_browser(
+    sqlite_stack: Stack, browser: "WebDriver"
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    driver = browser
+    sign_in(driver, sqlite_stack, sqlite_stack.admin_token)
+    wait("the jobs page", lambda: js(driver, "return !!document.querySelector('#jobs-body')"))
+
+    driver.get(f"{sqlite_stack.url}/#/submit")
+    wait("the recipe form", lambda: driver.find_elements(By.ID, "field-config-epochs"))
+    Select(driver.find_element(By.ID, "field-recipe")).select_by_value("synthetic")
+    fill(driver, "field-name", "browser-e2e")
+    fill(driver, "field-nproc_per_node", "2")
+    fill(driver, "field-config-epochs", "2")
+    fill(driver, "field-config-log_every_steps", "2")
+    fill(driver, "field-config-sleep_per_step_s", "0.2")
+    driver.find_element(By.CSS_SELECTOR, "#form-mode [data-action=submit]").click()
+
+    prefix = f"{sqlite_stack.url}/#/jobs/"
+    wait(
+        "the job page",
+        lambda: driver.current_url.startswith(prefix) and len(driver.current_url) > len(prefix),
+    )
+    job_id = driver.current_url.removeprefix(prefix)
+
+    def state() -> str:
+        return str(
+            js(
+                driver,
+                "return document.querySelector('#job-state [data-state]')?.dataset.state ?? ''",
+            )
+        )
+
+    # While it runs, the API restarts: the page's event stream drops, and resumes after the
+    # last event it had (Last-Event-ID), so nothing is missed and nothing shown twice.
+    wait(
+        "the first metric",
+        lambda: js(driver, "return !!document.querySelector('#charts .chart')"),
+        timeout=45,
+    )
+    assert severe_console_entries(driver) == []
+    sqlite_stack.stop_api()
+    sqlite_stack.start_api()
+    try:
+        wait("the job to succeed", lambda: state() == "succeeded", timeout=45)
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}; page shows {state()!r}:\n{text_of(driver, 'main')}\n"
+            f"--- api\n{sqlite_stack.api_log()}\n--- workers\n{sqlite_stack.worker_logs()}"
+        ) from None
+    wait(
+        "the event stream to end",
+        lambda: js(
+            driver, "return document.querySelector('#stream-status').dataset.status === 'ended'"
+        ),
+    )
+    outage = severe_console_entries(driver)  # requests refused while the API was down
+    assert all(e.get("source") == "network" for e in outage), outage
+    states = js(
+        driver, "return [...document.querySelectorAll('#timeline li')].map(li => li.dataset.state)"
+    )
+    assert states == ["queued", "starting", "running", "succeeded"], states
+    assert "completed" in text_of(driver, "#timeline")
+
+    points = wait(
+        "a chart with points",
+        lambda: js(
+            driver,
+            "return Math.max(0, ...[...document.querySelectorAll('#charts .chart')]"
+            ".filter(c => c.querySelector('canvas')).map(c => Number(c.dataset.points)))",
+        ),
+    )
+    assert points > 0
+
+    with sqlite_stack.client() as http:
+        loss_points = http.get(f"/v1/jobs/{job_id}/metrics", params={"name": "loss"}).json()
+        logs = http.get(f"/v1/jobs/{job_id}/logs", params={"limit": 10_000}).json()["items"]
+    shown = js(driver, "return document.querySelector('#charts [data-metric=loss]').dataset.points")
+    assert int(shown) == len(loss_points["items"])
+
+    for rank in (0, 1):
+        driver.find_element(By.CSS_SELECTOR, f"#logs [data-rank='{rank}']").click()
+        lines = wait(
+            f"rank {rank}'s logs",
+            lambda r=rank: js(
+                driver,
+                "const pane = document.querySelector('#log-pane');"
+                "return pane.dataset.rank === String(arguments[0]) && "
+                "pane.querySelectorAll('.log-line').length",
+                r,
+            ),
+        )
+        assert lines == len([line for line in logs if line["rank"] == rank]) > 0
+
+    link = wait(
+        "a checkpoint", lambda: driver.find_elements(By.CSS_SELECTOR, "#checkpoints a.download")
+    )[0]
+    expected_sha = link.get_attribute("data-sha256")
+    link.click()
+    downloads: Path = driver.downloads  # type: ignore[attr-defined]
+    saved = wait(
+        "the downloaded checkpoint",
+        lambda: [
+            p
+            for p in downloads.iterdir()
+            if not p.name.startswith(".") and not p.name.endswith(".crdownload")
+        ],
+    )
+    assert hashlib.sha256(saved[0].read_bytes()).hexdigest() == expected_sha
+    assert saved[0].name.startswith("browser-e2e-")
+    assert "sha256 verified" in text_of(driver, "#download-status")
+    assert job_id in text_of(driver, ".summary")
+
+    save_screenshot(driver, "dashboard-job.png")
+
+    driver.set_window_size(390, 844)
+    assert no_horizontal_overflow(driver), "the job page is wider than a phone screen"
+    save_screenshot(driver, "dashboard-job-narrow.png")
+    driver.get(f"{sqlite_stack.url}/#/jobs")
+    wait(
+        "the job in the jobs table",
+        lambda: js(
+            driver,
+            "return document.querySelector(`#jobs-body tr[data-job-id='${arguments[0]}']`)"
+            "?.dataset.state === 'succeeded'",
+            job_id,
+        ),
+    )
+    assert no_horizontal_overflow(driver), "the jobs page is wider than a phone screen"
+    save_screenshot(driver, "dashboard-jobs-narrow.png")
+
+    assert severe_console_entries(driver) == []
+
+
+def test_a_wrong_token_and_api_errors_show_readable_messages(
+    sqlite_stack: Stack, browser: "WebDriver"
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    sign_in(driver, sqlite_stack, "lb_not-a-real-token")
+    message = wait("the wrong-token message", lambda: text_of(driver, "#signin-error"))
+    assert "not accepted" in message and "token" in message, message
+    save_screenshot(driver, "dashboard-wrong-token.png")
+
+    sign_in(driver, sqlite_stack, sqlite_stack.admin_token)
+    wait("the jobs page", lambda: js(driver, "return !!document.querySelector('#jobs-body')"))
+
+    driver.get(f"{sqlite_stack.url}/#/jobs/no-such-job")
+    panel = wait("the not-found message", lambda: text_of(driver, ".error-panel"))
+    assert "404" in panel and "no job 'no-such-job'" in panel, panel
+
+    driver.get(f"{sqlite_stack.url}/#/submit")
+    wait("the recipe form", lambda: driver.find_elements(By.ID, "field-config-lr"))
+    fill(driver, "field-config-lr", "-1")
+    driver.find_element(By.CSS_SELECTOR, "#form-mode [data-action=submit]").click()
+    beside = wait(
+        "the error beside the lr field", lambda: text_of(driver, "[data-error-for='config.lr']")
+    )
+    assert "greater than 0" in beside, beside
+    assert driver.find_element(By.ID, "field-config-lr").get_attribute("aria-invalid") == "true"
+    save_screenshot(driver, "dashboard-submit-errors.png")
+
+    driver.find_element(By.CSS_SELECTOR, "[data-mode=yaml]").click()
+    editor = driver.find_element(By.ID, "spec-text")
+    editor.clear()
+    editor.send_keys("name: typo\nrecipe: synthetic\nconfig:\n  epochs: 1\nnprocs: 2\n")
+    driver.find_element(By.CSS_SELECTOR, "#yaml-mode [data-action=submit]").click()
+    listed = wait("the YAML spec's errors", lambda: text_of(driver, "#spec-errors"))
+    assert "nprocs" in listed and "line 5" in listed, listed
+
+    # The jobs page cancels a job (a queued one here: no worker serves its queue).
+    with sqlite_stack.client() as http:
+        spec = {"name": "to-cancel", "recipe": "synthetic", "queue": "nobody"}
+        job_id = http.post("/v1/jobs", json=spec).json()["id"]
+    driver.get(f"{sqlite_stack.url}/#/jobs")
+    row = f"#jobs-body tr[data-job-id='{job_id}']"
+    cancel = wait(
+        "the cancel button",
+        lambda: driver.find_elements(By.CSS_SELECTOR, f"{row} [data-action=cancel]"),
+    )[0]
+    cancel.click()
+    assert cancel.text == "Confirm cancel"
+    cancel.click()
+    wait(
+        "the job to be cancelled",
+        lambda: (
+            js(driver, "return document.querySelector(arguments[0])?.dataset.state", row)
+            == "cancelled"
+        ),
+    )
+
+    # The refusals above are the only errors: the browser logs each as a failed request.
+    unexpected = [
+        e
+        for e in severe_console_entries(driver)
+        if not (
+            e.get("source") == "network" and any(f" {s} " in e["message"] for s in (401, 404, 422))
+        )
+    ]
+    assert unexpected == []
