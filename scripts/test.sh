@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Sets up Launchbay and runs the whole test suite. Redis and PostgreSQL: the tests start
-# private servers when the machine's own do not answer, and stop what they started.
+# Sets up Launchbay (and, as root, Chromium for the browser tests), then runs the whole test
+# suite. Redis and PostgreSQL: the tests start private servers when the machine's own do not
+# answer, and stop what they started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# The browser tests drive Debian's Chromium; as root, install it when missing.
+if [ "$(id -u)" = 0 ]; then
+  scripts/install-browser.sh
+fi
 exec .venv/bin/python -m pytest "$@"
