@@ -22,10 +22,19 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        # A request's session holds its connection across several thread-pool hops; a pool
+        # smaller than the thread pool (40) deadlocks under load, and SQLite connections
+        # are cheap, so the pool never makes a checkout wait.
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            pool_size=20,
+            max_overflow=-1,
+        )
         event.listen(engine, "connect", _tune_sqlite)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # More connections than the API's 40 worker threads, for the same reason as above.
+    return create_engine(url, pool_pre_ping=True, pool_size=20, max_overflow=40)
 
 
 def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:

@@ -77,6 +77,12 @@ def close_events() -> None:
 
 
 def _as_number(value: object) -> Number | None:
+    # Exact floats and ints first: the common case, and the abstract checks below are slow.
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else None  # type: ignore[arg-type,return-value]
+    if kind is int:
+        return value  # type: ignore[return-value]
     if isinstance(value, bool):
         return None
     if isinstance(value, torch.Tensor):

@@ -1,0 +1,1 @@
+"""Benchmarks: each goal measured as a ratio against a baseline run side by side."""

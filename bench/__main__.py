@@ -1,0 +1,62 @@
+"""`python -m bench [NAME ...] [--write PATH]`: run the benchmarks and print the table."""
+
+import argparse
+import importlib
+import platform
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench.common import TABLE_HEADER, Result
+
+BENCHMARKS = {
+    "training": "bench.p1_p2_training",
+    "api": "bench.p3_api",
+    "metrics": "bench.p4_metrics",
+    "download": "bench.p5_download",
+    "queue": "bench.p6_queue",
+}
+
+
+def machine_line() -> str:
+    import os
+
+    import torch
+
+    return (
+        f"{platform.node()}: {os.cpu_count()} CPU cores, {platform.machine()}, "
+        f"Python {platform.python_version()}, torch {torch.__version__}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "names", nargs="*", help=f"benchmarks to run (default: all): {', '.join(BENCHMARKS)}"
+    )
+    parser.add_argument("--write", type=Path, help="also write the table to this markdown file")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.names) - set(BENCHMARKS))
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+    results: list[Result] = []
+    started = time.monotonic()
+    for name in args.names or list(BENCHMARKS):
+        module = importlib.import_module(BENCHMARKS[name])
+        print(f"bench: running {name} ...", file=sys.stderr, flush=True)
+        results.extend(module.run())
+    table = "\n".join([TABLE_HEADER, *(r.row() for r in results)])
+    header = (
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine_line()}; "
+        f"`python -m bench {' '.join(args.names)}`, {time.monotonic() - started:.0f} s."
+    )
+    print(header)
+    print(table)
+    if args.write:
+        args.write.write_text(f"{header}\n\n{table}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,346 @@
+"""P4a: metric points/s that the worker ingests from one job, and what reporting costs the
+training steps. One program, uploaded as code, run as one torchrun rank (a one-rank world, so
+its speed does not hang on how two ranks share two cores), `report()`s 20 metrics a step:
+
+- sustained: every step, a light step (more points/s offered than the goal): the points/s
+  the worker stores = points ÷ (the moment all are in the database − the first write);
+- alternating: phases of N steps with reporting off, then on, then off... in the same
+  process; the step rate of each "on" phase ÷ the "off" phase before it, median of the pairs
+  (side by side at a one-second scale, so the other loads of this shared machine hit both
+  alike). The program also times what it spends inside `report()`.
+
+P4b: rank-0 write (`ts` in the events line) → receipt by an SSE client of
+`GET /v1/jobs/{id}/events`, at 20 lines/s.
+"""
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import psutil
+
+from bench.common import (
+    Result,
+    SseParser,
+    job_events,
+    median,
+    percentile,
+    running_stack,
+    upload_code,
+)
+from jobs.states import JobState
+from tests.support.stack import Stack
+
+METRICS_PER_STEP = 20
+SUSTAINED_WIDTH = 1024  # about 2 ms a step on one core here: ~10,000 points/s offered
+ALTERNATING_WIDTH = 1400  # about 3.3 ms a step: ~6,000 points/s while reporting
+NO_CHECKPOINTS = {"every_epochs": None, "every_steps": None}
+
+TRAIN_SOURCE = '''\
+"""Launchbay bench P4a: a one-rank step loop that reports METRICS metrics a step.
+
+argv: steps warmup metrics width phase_steps. With phase_steps = 0 it reports every step;
+else phases of phase_steps steps alternate, off first, and each phase is timed. Timings go
+to bench_result.json in the working directory.
+"""
+import json
+import sys
+import time
+
+import torch
+from torch import nn
+
+from jobs import runtime as lb
+
+
+def main() -> None:
+    steps, warmup, metrics, width, phase_steps = (int(a) for a in sys.argv[1:6])
+    names = [f"m{i:02d}" for i in range(metrics)]
+    phases = []
+    with lb.distributed() as ctx:
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(width, width), nn.Tanh(), nn.Linear(width, 1))
+        model = lb.prepare_model(net, ctx)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+        x, y = torch.randn(32, width), torch.randn(32, 1)
+        length = phase_steps or steps
+        for step in range(1, warmup + steps + 1):
+            phase = (step - warmup - 1) // length
+            reporting = step > warmup and (phase_steps == 0 or phase % 2 == 1)
+            if step > warmup and (step - warmup - 1) % length == 0:
+                phases.append({"on": reporting, "steps": 0, "s": 0.0, "report_s": 0.0})
+                started = time.perf_counter()
+            loss = ((model(x) - y) ** 2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            value = loss.item()
+            if reporting:
+                before = time.perf_counter()
+                lb.report(step, 1, **{n: value + i for i, n in enumerate(names)})
+                phases[-1]["report_s"] += time.perf_counter() - before
+            if step > warmup:
+                phases[-1]["steps"] += 1
+                phases[-1]["s"] = time.perf_counter() - started
+    with open("bench_result.json", "w") as out:
+        json.dump({"phases": phases}, out)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+SSE_SOURCE = '''\
+"""Launchbay bench P4b: append `count` metric lines at `rate` lines/s, each with its ts."""
+import json
+import os
+import sys
+import time
+
+count, rate, delay = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+time.sleep(delay)  # the SSE client connects meanwhile
+with open(os.environ["LAUNCHBAY_EVENTS_FILE"], "ab", buffering=0) as events:
+    due = time.monotonic()
+    for step in range(1, count + 1):
+        line = {"type": "metric", "step": step, "metrics": {"lat": float(step)}, "ts": time.time()}
+        events.write((json.dumps(line) + "\\n").encode())
+        due += 1 / rate
+        time.sleep(max(0.0, due - time.monotonic()))
+'''
+
+
+@dataclass
+class Phase:
+    on: bool
+    steps: int
+    seconds: float
+    report_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.steps / self.seconds
+
+
+@dataclass
+class TrainingRun:
+    phases: list[Phase]
+    points: int  # metric points the API returns for the job
+    written: int  # points rank 0 wrote
+    ingest_rate: float  # points / (all in the DB − first point written), in points/s
+    done_after_last_s: float  # last point written → all of them in the DB
+    max_age_s: float  # while running: now − ts of the newest ingested point, worst poll
+    horse_cpu: float  # the work horse's CPU use while the ranks ran (1.0 = one core)
+
+
+def work_horse(stack: Stack) -> psutil.Process | None:
+    """The forked RQ work horse supervising the current job, if there is one."""
+    try:
+        children = psutil.Process(stack.workers[0].pid).children()
+    except psutil.NoSuchProcess:
+        return None
+    return children[0] if children else None
+
+
+def cpu_seconds(proc: psutil.Process | None) -> float | None:
+    if proc is None:
+        return None
+    try:
+        times = proc.cpu_times()
+    except psutil.NoSuchProcess:
+        return None
+    return float(times.user + times.system)
+
+
+def count_points(http: httpx.Client, job_id: str) -> int:
+    count, after = 0, 0
+    while True:
+        page = http.get(f"/v1/jobs/{job_id}/metrics", params={"after": after, "limit": 10_000})
+        page.raise_for_status()
+        body = page.json()
+        if not body["items"]:
+            return count
+        count += len(body["items"])
+        after = body["next_after"]
+
+
+def run_training(
+    http: httpx.Client,
+    stack: Stack,
+    code_id: str,
+    *,
+    steps: int,
+    width: int,
+    phase_steps: int = 0,
+    warmup: int = 100,
+) -> TrainingRun:
+    spec = {
+        "name": f"p4a-{'alternating' if phase_steps else 'sustained'}",
+        "code": {"code_id": code_id, "entrypoint": "train.py"},
+        "args": [str(a) for a in (steps, warmup, METRICS_PER_STEP, width, phase_steps)],
+        "nproc_per_node": 1,
+        "checkpoint": NO_CHECKPOINTS,
+    }
+    response = http.post("/v1/jobs", json=spec)
+    response.raise_for_status()
+    job_id = response.json()["id"]
+    polls: list[tuple[float, int | None]] = []
+    cpu: list[tuple[float, float]] = []
+    horse = None
+    deadline = time.monotonic() + 300
+    while True:
+        job = http.get(f"/v1/jobs/{job_id}").json()
+        now = time.time()
+        if job["state"] == JobState.RUNNING:
+            polls.append((now, job["progress"]["step"]))
+            horse = horse or work_horse(stack)
+            used = cpu_seconds(horse)
+            if used is not None:
+                cpu.append((now, used))
+        if JobState(job["state"]).is_terminal():
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"P4a job {job_id} did not end: {job}")
+        time.sleep(0.1)
+    if job["state"] != JobState.SUCCEEDED:
+        raise RuntimeError(f"P4a job {job_id} ended {job['state']}: {job['message']}")
+    run_dir = stack.data_dir / "runs" / job_id / "attempt-1"
+    result = json.loads((run_dir / "code" / "bench_result.json").read_text())
+    phases = [Phase(p["on"], p["steps"], p["s"], p["report_s"]) for p in result["phases"]]
+    reported = [e for e in job_events(stack, job_id) if e.get("type") == "metric"]
+    ts_of_step = {e["step"]: e["ts"] for e in reported}
+    written = sum(len(e["metrics"]) for e in reported)
+    points = count_points(http, job_id)
+    first_ts, last_ts, final_step = reported[0]["ts"], reported[-1]["ts"], reported[-1]["step"]
+    # The first poll that saw the last step stored; else it was stored after the last poll.
+    done_at = next((t for t, s in polls if s is not None and s >= final_step), polls[-1][0])
+    ages = [t - ts_of_step[s] for t, s in polls if s in ts_of_step]
+    horse_cpu = (cpu[-1][1] - cpu[0][1]) / (cpu[-1][0] - cpu[0][0]) if len(cpu) > 1 else 0.0
+    return TrainingRun(
+        phases=phases,
+        points=points,
+        written=written,
+        ingest_rate=points / (done_at - first_ts),
+        done_after_last_s=done_at - last_ts,
+        max_age_s=max(ages, default=0.0),
+        horse_cpu=horse_cpu,
+    )
+
+
+def sse_latencies(
+    http: httpx.Client, code_id: str, count: int, rate: float
+) -> tuple[list[float], int]:
+    """(write → SSE receipt of each `lat` point, points sent before the stream was open)."""
+    spec = {
+        "name": "p4b",
+        "code": {"code_id": code_id, "entrypoint": "lines.py"},
+        "args": [str(count), str(rate), "1.0"],
+        "launcher": "python",
+        "nproc_per_node": 1,
+        "checkpoint": NO_CHECKPOINTS,
+    }
+    response = http.post("/v1/jobs", json=spec)
+    response.raise_for_status()
+    job_id = response.json()["id"]
+    latencies: list[float] = []
+    early = 0
+    parser = SseParser()
+    timeout = httpx.Timeout(30, read=60)
+    with http.stream("GET", f"/v1/jobs/{job_id}/events", timeout=timeout) as stream:
+        stream.raise_for_status()
+        opened = time.time()
+        for line in stream.iter_lines():
+            received = time.time()
+            event = parser.feed(line)
+            if event is None:
+                continue
+            data: dict[str, Any] = json.loads(event.data)
+            if event.event == "metric" and data["name"] == "lat":
+                if data["ts"] < opened:
+                    early += 1
+                else:
+                    latencies.append(received - data["ts"])
+            elif event.event == "state" and JobState(data["state"]).is_terminal():
+                if data["state"] != JobState.SUCCEEDED:
+                    raise RuntimeError(f"P4b job {job_id} ended {data}")
+                break
+    return latencies, early
+
+
+def run(sustained_rounds: int = 2, pairs: int = 20, phase_steps: int = 150) -> list[Result]:
+    with running_stack() as stack, stack.client() as http:
+        train_code = upload_code(http, "train.py", TRAIN_SOURCE)
+        lines_code = upload_code(http, "lines.py", SSE_SOURCE)
+        sustained = [
+            run_training(http, stack, train_code, steps=2000, width=SUSTAINED_WIDTH)
+            for _ in range(sustained_rounds)
+        ]
+        alternating = run_training(
+            http,
+            stack,
+            train_code,
+            steps=2 * pairs * phase_steps,
+            width=ALTERNATING_WIDTH,
+            phase_steps=phase_steps,
+        )
+        latencies, early = sse_latencies(http, lines_code, count=240, rate=20.0)
+    for r in [*sustained, alternating]:
+        if r.points != r.written:
+            raise RuntimeError(f"P4a: rank 0 wrote {r.written} points, the API has {r.points}")
+    rate = median([r.ingest_rate for r in sustained])
+    offered = median(
+        [
+            METRICS_PER_STEP * sum(p.steps for p in r.phases) / sum(p.seconds for p in r.phases)
+            for r in sustained
+        ]
+    )
+    off = [p for p in alternating.phases if not p.on]
+    on = [p for p in alternating.phases if p.on]
+    ratios = [a.rate / b.rate for a, b in zip(on, off, strict=False)]
+    ratio = median(ratios)
+    on_points = METRICS_PER_STEP * median([p.rate for p in on])
+    report_share = sum(p.report_s for p in on) / sum(p.seconds for p in on)
+    per_point_us = 1e6 * median([r.horse_cpu for r in sustained]) / rate
+    p95 = percentile(latencies, 95) * 1000
+    return [
+        Result(
+            "P4a",
+            f"metric points/s stored from one job ({METRICS_PER_STEP} metrics a step, every "
+            "step): points ÷ (all in the DB − first written)",
+            f"{rate:,.0f} points/s (runs: "
+            f"{', '.join(f'{r.ingest_rate:,.0f}' for r in sustained)}; offered {offered:,.0f}/s;"
+            f" all in the DB {median([r.done_after_last_s for r in sustained]):.2f} s after "
+            f"the last write; newest stored point at most "
+            f"{max(r.max_age_s for r in sustained):.2f} s old while running; work horse "
+            f"{100 * median([r.horse_cpu for r in sustained]):.0f} % of a core ≈ "
+            f"{per_point_us:.0f} µs a point)",
+            "≥ 5,000 points/s",
+            rate >= 5000,
+            f"{sustained_rounds} runs of 2,000 steps, 1 rank, width {SUSTAINED_WIDTH}, "
+            f"{sustained[0].points:,} points a run counted back via GET …/metrics; "
+            "polled every 0.1 s",
+        ),
+        Result(
+            "P4a′",
+            "step rate with reporting on ÷ off, same process, alternating phases",
+            f"{ratio:.3f} (median of {len(ratios)} pairs, range {min(ratios):.3f}–"
+            f"{max(ratios):.3f}; {median([p.rate for p in on]):.0f} vs "
+            f"{median([p.rate for p in off]):.0f} steps/s, {on_points:,.0f} points/s while "
+            f"on; report() itself {100 * report_share:.2f} % of the step time)",
+            "≥ 0.99 at ≥ 5,000 points/s",
+            ratio >= 0.99 and on_points >= 5000,
+            f"phases of {phase_steps} steps, 1 rank, width {ALTERNATING_WIDTH}; 2 cores "
+            "shared with the worker, API, Redis and this script",
+        ),
+        Result(
+            "P4b",
+            "rank-0 write (line ts) → SSE client receipt, GET /v1/jobs/{id}/events, 20 lines/s",
+            f"p95 {p95:.0f} ms (p50 {1000 * percentile(latencies, 50):.0f} ms, max "
+            f"{1000 * max(latencies):.0f} ms, {len(latencies)} points)",
+            "p95 ≤ 250 ms",
+            p95 <= 250 and len(latencies) >= 200,
+            f"same clock; worker poll 0.1 s, SSE poll 0.05 s; {early} points written "
+            "before the stream opened left out",
+        ),
+    ]
