@@ -113,3 +113,46 @@ def test_errors_exit_with_their_status(live_api: LiveApi, monkeypatch: pytest.Mo
     unreachable = launchbay(nobody, "list")
     assert unreachable.exit_code == 3
     assert f"cannot reach Launchbay at {nobody}" in unreachable.stderr
+
+
+def test_delete_code_upload_recipes_and_workers(live_api: LiveApi, tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('hello')\n")
+    uploaded = launchbay(live_api.url, "code", "upload", str(script), "--json")
+    assert uploaded.exit_code == 0, uploaded.output
+    assert len(json.loads(uploaded.stdout)["code_id"]) == 64
+
+    recipes = json.loads(launchbay(live_api.url, "recipes", "--json").stdout)
+    assert {r["name"] for r in recipes["items"]} >= {"synthetic", "digits", "text"}
+    workers = launchbay(live_api.url, "workers", "--json")
+    assert workers.exit_code == 0, workers.output
+    assert json.loads(workers.stdout)["items"] == []
+
+    job_id = submitted(live_api)
+    refused = launchbay(live_api.url, "delete", job_id)
+    assert refused.exit_code == 1
+    assert "invalid_transition" in refused.stderr
+    launchbay(live_api.url, "cancel", job_id)
+    deleted = launchbay(live_api.url, "delete", job_id)
+    assert deleted.exit_code == 0, deleted.output
+    assert launchbay(live_api.url, "status", job_id).exit_code == 1
+
+
+def test_server_side_commands_db_upgrade_and_one_reaper_pass(
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database = tmp_path / "fresh" / "launchbay.db"
+    monkeypatch.setenv("LAUNCHBAY_DATABASE_URL", f"sqlite:///{database}")
+    monkeypatch.setenv("LAUNCHBAY_DATA_DIR", str(tmp_path / "fresh"))
+    monkeypatch.setenv("LAUNCHBAY_REDIS_URL", redis_url)
+    from service.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        upgraded = CliRunner().invoke(app, ["db", "upgrade"])
+        assert upgraded.exit_code == 0, upgraded.output
+        assert database.exists()
+        reaped = CliRunner().invoke(app, ["reaper", "--once"])
+        assert reaped.exit_code == 0, reaped.output
+    finally:
+        get_settings.cache_clear()
