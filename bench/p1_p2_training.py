@@ -23,11 +23,11 @@ STARTUP_CONFIG = {"epochs": 1, "log_every_steps": 1}
 NO_CHECKPOINTS = {"every_epochs": None, "every_steps": None}
 
 
-def spec(name: str, recipe: str, config: dict[str, object]) -> dict[str, object]:
+def spec(name: str, recipe: str, config: dict[str, object], nproc: int = 2) -> dict[str, object]:
     return {
         "name": name,
         "recipe": recipe,
-        "nproc_per_node": 2,
+        "nproc_per_node": nproc,
         "config": config,
         "checkpoint": NO_CHECKPOINTS,
     }
