@@ -5,6 +5,7 @@ The same recipe program runs both ways, alternately, in the same run of this scr
 """
 
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from bench.common import (
@@ -23,7 +24,7 @@ STARTUP_CONFIG = {"epochs": 1, "log_every_steps": 1}
 NO_CHECKPOINTS = {"every_epochs": None, "every_steps": None}
 
 
-def spec(name: str, recipe: str, config: dict[str, object], nproc: int = 2) -> dict[str, object]:
+def spec(name: str, recipe: str, config: Mapping[str, object], nproc: int = 2) -> dict[str, object]:
     return {
         "name": name,
         "recipe": recipe,
