@@ -20,8 +20,7 @@ import psutil
 import pytest
 
 from tests.conftest import make_stack
-from tests.e2e.conftest import job_processes
-from tests.support.procs import wait_until
+from tests.support.procs import job_processes, wait_until
 from tests.support.services import RedisServer, private_redis
 from tests.support.stack import Stack
 

@@ -10,8 +10,7 @@ import httpx
 import pytest
 import torch
 
-from tests.e2e.conftest import job_processes
-from tests.support.procs import wait_until
+from tests.support.procs import job_processes, wait_until
 from tests.support.stack import Stack
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "examples" / "scripts"

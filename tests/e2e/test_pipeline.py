@@ -10,8 +10,7 @@ import httpx
 import torch
 
 from jobs.recipes.digits import DigitsNet
-from tests.e2e.conftest import job_processes
-from tests.support.procs import wait_until
+from tests.support.procs import job_processes, wait_until
 from tests.support.stack import Stack
 
 DEMO = {

@@ -75,3 +75,18 @@ def marked_processes(marker: str) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
+
+
+def job_processes(*job_ids: str) -> list[psutil.Process]:
+    """Live processes started for these jobs (every rank carries LAUNCHBAY_JOB_ID)."""
+    wanted = set(job_ids)
+    found = []
+    for proc in psutil.process_iter(["status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            if proc.environ().get("LAUNCHBAY_JOB_ID") in wanted:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found

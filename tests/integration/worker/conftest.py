@@ -25,25 +25,12 @@ from service.db import make_engine, session_scope, upgrade_database
 from service.models import Checkpoint, Job, JobEvent, LogLine, MetricPoint
 from service.settings import Settings
 from service.store import create_job
+from tests.support.procs import job_processes
 from worker.attempt import AttemptResult, run_attempt
 from worker.prepare import CudaInfo
 
 SCRIPTS = Path(__file__).parent / "scripts"
 NO_CUDA = CudaInfo(available=False, device_count=0)
-
-
-def job_processes(job_ids: set[str]) -> list[psutil.Process]:
-    """Live processes whose environment names one of these jobs (every rank's does)."""
-    found = []
-    for proc in psutil.process_iter(["status"]):
-        if proc.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        try:
-            if proc.environ().get("LAUNCHBAY_JOB_ID") in job_ids:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
 
 
 def recorded_alive(data_dir: Path) -> list[int]:
@@ -147,14 +134,14 @@ def make_worker_env(tmp_path: Path, database_url: str, redis_url: str) -> Iterat
         yield env
         assert_nothing_left(env)
     finally:
-        for proc in job_processes(env.job_ids):
+        for proc in job_processes(*env.job_ids):
             proc.kill()
         redis.close()
         engine.dispose()
 
 
 def assert_nothing_left(env: WorkerEnv) -> None:
-    left = [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in job_processes(env.job_ids)]
+    left = [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in job_processes(*env.job_ids)]
     assert not left, f"processes of the test's jobs are still alive: {left}"
     assert not recorded_alive(env.settings.data_dir)
 

@@ -13,8 +13,8 @@ from rq import Queue
 from service.db import session_scope
 from service.models import Job
 from service.queue import enqueue_attempt
-from tests.integration.worker.conftest import WorkerEnv, job_processes
-from tests.support.procs import start, stop, wait_until
+from tests.integration.worker.conftest import WorkerEnv
+from tests.support.procs import job_processes, start, stop, wait_until
 from worker.main import run_worker
 
 
@@ -55,7 +55,7 @@ def test_cold_shutdown_stops_the_job_first(wenv: WorkerEnv, tmp_path: Path) -> N
     code = f"from worker.main import run_worker; run_worker([{queue!r}])"
     proc = start([sys.executable, "-c", code], env, tmp_path / "worker.log")
     try:
-        assert wait_until(lambda: len(job_processes({job_id})) >= 3, timeout=60)
+        assert wait_until(lambda: len(job_processes(job_id)) >= 3, timeout=60)
         assert wait_until(lambda: wenv.job(job_id).state == "running", timeout=10)
         os.kill(proc.pid, signal.SIGTERM)  # warm: would wait for the job...
         time.sleep(1.5)  # (RQ ignores a second signal within a second)
@@ -67,7 +67,7 @@ def test_cold_shutdown_stops_the_job_first(wenv: WorkerEnv, tmp_path: Path) -> N
     log = (tmp_path / "worker.log").read_text()
     assert (job.state, job.exit_reason) == ("failed", "worker_lost"), log
     assert job.message is not None and "shut down while the job ran" in job.message
-    assert not job_processes({job_id})
+    assert not job_processes(job_id)
 
 
 def test_a_horse_whose_worker_is_sigkilled_stops_its_job(wenv: WorkerEnv, tmp_path: Path) -> None:
@@ -95,4 +95,4 @@ def test_a_horse_whose_worker_is_sigkilled_stops_its_job(wenv: WorkerEnv, tmp_pa
     job = wenv.job(job_id)
     assert (job.state, job.attempt) == ("queued", 2), log
     assert job.message is not None and "ended with worker_lost" in job.message
-    assert wait_until(lambda: not job_processes({job_id}), timeout=10)
+    assert wait_until(lambda: not job_processes(job_id), timeout=10)

@@ -10,8 +10,8 @@ from jobs.states import JobState
 from service.db import session_scope
 from service.queue import cancel_key, request_cancel
 from service.store import transition_job
-from tests.integration.worker.conftest import WorkerEnv, job_processes, recorded_alive
-from tests.support.procs import wait_until
+from tests.integration.worker.conftest import WorkerEnv, recorded_alive
+from tests.support.procs import job_processes, wait_until
 from worker.attempt import AttemptResult
 
 
@@ -29,7 +29,7 @@ def test_cancel_stops_every_process_within_the_grace(wenv: WorkerEnv) -> None:
     job_id = wenv.submit("sleeper.py", args=args)
     thread, results = run_in_background(wenv, job_id)
     # torchrun, two ranks, two detached children
-    assert wait_until(lambda: len(job_processes({job_id})) >= 5, timeout=30), "never started"
+    assert wait_until(lambda: len(job_processes(job_id)) >= 5, timeout=30), "never started"
     assert wait_until(lambda: wenv.job(job_id).state == "running", timeout=10)
 
     with session_scope(wenv.engine) as session:  # what the API does
@@ -37,7 +37,7 @@ def test_cancel_stops_every_process_within_the_grace(wenv: WorkerEnv) -> None:
     request_cancel(wenv.redis, job_id)
     asked = time.monotonic()
     gone = wait_until(
-        lambda: not job_processes({job_id}) and not recorded_alive(wenv.settings.data_dir),
+        lambda: not job_processes(job_id) and not recorded_alive(wenv.settings.data_dir),
         timeout=15,
         interval=0.05,
     )
