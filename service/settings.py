@@ -7,6 +7,8 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from jobs.spec import LAUNCHER_ENV
+
 UPLOAD_PATH = "/v1/code"
 # Room for the multipart boundaries and part headers around the uploaded file.
 UPLOAD_ENVELOPE_BYTES = 64 * 1024
@@ -18,15 +20,7 @@ DEFAULT_FORBIDDEN_ENV = (
     "LAUNCHBAY_*",
     "MASTER_*",
     "TORCHELASTIC_*",
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "GROUP_WORLD_SIZE",
-    "ROLE_RANK",
-    "ROLE_WORLD_SIZE",
-    "ROLE_NAME",
+    *sorted(LAUNCHER_ENV),
     "PYTHONPATH",
     "PYTHONHOME",
     "PYTHONSTARTUP",

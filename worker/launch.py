@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.spec import JobSpec
+from jobs.spec import LAUNCHER_ENV, JobSpec
 
 RANK_ENTRY = Path(__file__).resolve().with_name("rank_main.py")
 LOCALHOST = "127.0.0.1"
@@ -38,22 +38,6 @@ SECRET_ENV = frozenset(
         "LAUNCHBAY_TOKEN",
         "LAUNCHBAY_DATABASE_URL",
         "LAUNCHBAY_REDIS_URL",
-    }
-)
-# Set by a launcher for its own children; inherited values would only mislead this launch.
-LAUNCHER_ENV = frozenset(
-    {
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "GROUP_RANK",
-        "GROUP_WORLD_SIZE",
-        "ROLE_RANK",
-        "ROLE_WORLD_SIZE",
-        "ROLE_NAME",
-        "MASTER_ADDR",
-        "MASTER_PORT",
     }
 )
 
@@ -195,6 +179,7 @@ def build_env(
 ) -> dict[str, str]:
     """Every rank's environment (see `build_launch` for the order of precedence; the
     collective timeout is the one value of Launchbay's that `spec.env` may set)."""
+    # Inherited launcher variables would only mislead this launch.
     env = {k: v for k, v in base_env.items() if k not in SECRET_ENV and k not in LAUNCHER_ENV}
     env = {k: v for k, v in env.items() if not k.startswith("TORCHELASTIC_")}
     env.update(spec.env)
