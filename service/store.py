@@ -48,31 +48,28 @@ def last_sign_of_life() -> ColumnElement[Any]:
     return func.coalesce(col(Job.last_heartbeat), col(Job.started_at), col(Job.created_at))
 
 
-def allocate_seq(session: Session, job_id: str, count: int = 1) -> int:
+def _active_at(job_id: str, attempt: int) -> tuple[ColumnElement[bool], ...]:
+    """The job, while `attempt` is its active (starting, running, cancelling) attempt."""
+    return (
+        col(Job.id) == job_id,
+        col(Job.attempt) == attempt,
+        col(Job.state).in_(ACTIVE_STATES),
+    )
+
+
+def allocate_seq(
+    session: Session, job_id: str, count: int = 1, *, attempt: int | None = None
+) -> int:
     """Reserve `count` consecutive seqs of a job and return the first.
 
-    The row lock taken here is held until commit, so seqs become visible in order.
+    The row lock taken here is held until commit, so seqs become visible in order. With
+    `attempt` (a worker's write), that must be the job's active attempt, else
+    AttemptSuperseded (rolled back, nothing written).
     """
+    conditions = _active_at(job_id, attempt) if attempt is not None else (col(Job.id) == job_id,)
     stmt = (
         update(Job)
-        .where(col(Job.id) == job_id)
-        .values(last_seq=Job.last_seq + count)
-        .returning(col(Job.last_seq))
-    )
-    last = session.execute(stmt).scalar_one()
-    return int(last) - count + 1
-
-
-def allocate_attempt_seq(session: Session, job_id: str, attempt: int, count: int = 1) -> int:
-    """`allocate_seq` for a write of attempt `attempt`, which must be the job's active attempt;
-    else AttemptSuperseded (rolled back, nothing written)."""
-    stmt = (
-        update(Job)
-        .where(
-            col(Job.id) == job_id,
-            col(Job.attempt) == attempt,
-            col(Job.state).in_(ACTIVE_STATES),
-        )
+        .where(*conditions)
         .values(last_seq=Job.last_seq + count)
         .returning(col(Job.last_seq))
     )
@@ -252,23 +249,12 @@ def _add_state_event(
     )
 
 
-def add_job_event(
-    session: Session, job_id: str, kind: str, attempt: int, data: dict[str, Any]
-) -> None:
-    """Record a non-state event (e.g. an elastic restart) and commit."""
-    seq = allocate_seq(session, job_id)
-    session.add(
-        JobEvent(job_id=job_id, seq=seq, kind=kind, attempt=attempt, ts=time.time(), data=data)
-    )
-    session.commit()
-
-
 def add_attempt_event(
     session: Session, job_id: str, kind: str, attempt: int, data: dict[str, Any]
 ) -> None:
-    """`add_job_event` for a worker's attempt: AttemptSuperseded, writing nothing, unless the
-    job is active at `attempt`."""
-    seq = allocate_attempt_seq(session, job_id, attempt)
+    """Record a non-state event of a worker's attempt (e.g. an elastic restart) and commit;
+    AttemptSuperseded, writing nothing, unless the job is active at `attempt`."""
+    seq = allocate_seq(session, job_id, attempt=attempt)
     session.add(
         JobEvent(job_id=job_id, seq=seq, kind=kind, attempt=attempt, ts=time.time(), data=data)
     )
@@ -324,7 +310,7 @@ def append_output(
     AttemptSuperseded, writing nothing, unless the job is active at `attempt`."""
     if not logs and not points:
         return
-    first = allocate_attempt_seq(session, job_id, attempt, len(logs) + len(points))
+    first = allocate_seq(session, job_id, len(logs) + len(points), attempt=attempt)
     if logs:
         session.execute(
             insert(LogLine),
@@ -380,11 +366,7 @@ def touch_job_heartbeat(session: Session, job_id: str, attempt: int) -> JobState
     """
     stmt = (
         update(Job)
-        .where(
-            col(Job.id) == job_id,
-            col(Job.attempt) == attempt,
-            col(Job.state).in_(ACTIVE_STATES),
-        )
+        .where(*_active_at(job_id, attempt))
         .values(last_heartbeat=utcnow())
         .returning(col(Job.state))
     )
@@ -411,7 +393,7 @@ def register_checkpoint(
     AttemptSuperseded, writing nothing, unless the job is active at `attempt`.
     """
     # First: the job row lock orders every writer alike.
-    seq = allocate_attempt_seq(session, job_id, attempt)
+    seq = allocate_seq(session, job_id, attempt=attempt)
     session.execute(
         delete(Checkpoint).where(col(Checkpoint.job_id) == job_id, col(Checkpoint.path) == path)
     )
@@ -502,76 +484,40 @@ def delete_job_rows(session: Session, job_id: str) -> None:
     session.commit()
 
 
+StreamRow = JobEvent | MetricPoint | LogLine | Checkpoint
+
+
 @dataclass(frozen=True)
-class StreamEvent:
-    """One entry of a job's live stream: `kind` is state, metric, log, checkpoint, restart."""
+class StreamRead:
+    """Rows with `after < seq <= cursor` in seq order, and whether the job had ended when
+    read (then an empty read means nothing more will come)."""
 
-    seq: int
-    kind: str
-    data: dict[str, Any]
+    rows: list[StreamRow]
+    cursor: int
+    ended: bool
 
 
-def read_stream(
-    session: Session, job_id: str, *, after: int, window: int = 500
-) -> tuple[list[StreamEvent], int]:
-    """Everything a job recorded with `after < seq <= cursor`, in seq order, and the cursor.
+def read_stream(session: Session, job_id: str, *, after: int, window: int = 500) -> StreamRead:
+    """What a job recorded after `after` (at most `window` seqs): its live stream.
 
     Every seq up to the job's `last_seq` is committed once `last_seq` is visible (they are
     written in one transaction), so reading up to it leaves no gap a later read could fill.
+    LookupError when the job no longer exists.
     """
-    last_seq = session.exec(select(Job.last_seq).where(Job.id == job_id)).first()
-    if last_seq is None:
+    found = session.exec(select(Job.last_seq, Job.state).where(Job.id == job_id)).first()
+    if found is None:
         raise LookupError(f"job {job_id} no longer exists")
+    last_seq, state = found
+    ended = JobState(state).is_terminal()
     if last_seq <= after:
-        return [], after
+        return StreamRead([], after, ended)
     upper = min(int(last_seq), after + window)
-    events: list[StreamEvent] = []
-
-    def in_window(table: Any) -> Any:
-        return select(table).where(
+    rows: list[StreamRow] = []
+    tables: tuple[Any, ...] = (JobEvent, MetricPoint, LogLine, Checkpoint)
+    for table in tables:
+        stmt = select(table).where(
             col(table.job_id) == job_id, col(table.seq) > after, col(table.seq) <= upper
         )
-
-    for ev in session.exec(in_window(JobEvent)).all():
-        events.append(StreamEvent(ev.seq, ev.kind, {**ev.data, "attempt": ev.attempt, "ts": ev.ts}))
-    for mp in session.exec(in_window(MetricPoint)).all():
-        events.append(
-            StreamEvent(
-                mp.seq,
-                "metric",
-                {
-                    "seq": mp.seq,
-                    "step": mp.step,
-                    "epoch": mp.epoch,
-                    "name": mp.name,
-                    "value": mp.value,
-                    "ts": mp.ts,
-                    "attempt": mp.attempt,
-                },
-            )
-        )
-    for ll in session.exec(in_window(LogLine)).all():
-        events.append(
-            StreamEvent(
-                ll.seq, "log", {"seq": ll.seq, "rank": ll.rank, "ts": ll.ts, "line": ll.line}
-            )
-        )
-    for ck in session.exec(in_window(Checkpoint)).all():
-        events.append(
-            StreamEvent(
-                ck.seq,
-                "checkpoint",
-                {
-                    "id": ck.id,
-                    "attempt": ck.attempt,
-                    "step": ck.step,
-                    "epoch": ck.epoch,
-                    "metrics": ck.metrics or {},
-                    "size": ck.size,
-                    "sha256": ck.sha256,
-                    "created_at": ck.created_at.isoformat(),
-                },
-            )
-        )
-    events.sort(key=lambda e: e.seq)
-    return events, upper
+        rows.extend(session.exec(stmt).all())
+    rows.sort(key=lambda row: row.seq)
+    return StreamRead(rows, upper, ended)

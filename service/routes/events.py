@@ -8,14 +8,15 @@ from typing import Annotated, Any
 import anyio.to_thread
 from fastapi import APIRouter, Header, Query, Request
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session
 from sse_starlette import EventSourceResponse
 
 from jobs.states import JobState
 from service import store
 from service.deps import MAX_SEQ, OwnedJob
 from service.errors import BadRequest
-from service.models import Job
+from service.models import JobEvent, LogLine, MetricPoint
+from service.schemas import CheckpointPublic, LogLinePublic, MetricPointPublic
 
 router = APIRouter(prefix="/v1/jobs", tags=["events"])
 POLL_S = 0.05
@@ -45,25 +46,32 @@ async def stream_events(
 async def _follow(engine: Engine, job_id: str, cursor: int) -> AsyncIterator[dict[str, Any]]:
     while True:
         try:
-            events, cursor, ended = await anyio.to_thread.run_sync(_read, engine, job_id, cursor)
+            read = await anyio.to_thread.run_sync(_read, engine, job_id, cursor)
         except LookupError:
             return  # the job was deleted while followed
-        for event in events:
-            yield {"id": str(event.seq), "event": event.kind, "data": json.dumps(event.data)}
-            if event.kind == "state" and JobState(event.data["state"]).is_terminal():
+        cursor = read.cursor
+        for row in read.rows:
+            kind, data = stream_event(row)
+            yield {"id": str(row.seq), "event": kind, "data": json.dumps(data)}
+            if kind == "state" and JobState(data["state"]).is_terminal():
                 return
-        if not events:
-            if ended:
+        if not read.rows:
+            if read.ended:
                 return  # resumed past the job's end: nothing more will come
             await asyncio.sleep(POLL_S)
 
 
-def _read(engine: Engine, job_id: str, cursor: int) -> tuple[list[store.StreamEvent], int, bool]:
-    """The events after `cursor`, the new cursor, and whether the job had ended before the
-    read (so an empty read then means the stream is complete)."""
+def _read(engine: Engine, job_id: str, cursor: int) -> store.StreamRead:
     with Session(engine) as session:
-        state = session.exec(select(Job.state).where(Job.id == job_id)).first()
-        if state is None:
-            raise LookupError(f"job {job_id} no longer exists")
-        events, cursor = store.read_stream(session, job_id, after=cursor)
-        return events, cursor, JobState(state).is_terminal()
+        return store.read_stream(session, job_id, after=cursor)
+
+
+def stream_event(row: store.StreamRow) -> tuple[str, dict[str, Any]]:
+    """(event name, data) of one row, in the shapes the API's other routes answer with."""
+    if isinstance(row, JobEvent):
+        return row.kind, {**row.data, "attempt": row.attempt, "ts": row.ts}
+    if isinstance(row, MetricPoint):
+        return "metric", MetricPointPublic.from_row(row).model_dump(mode="json")
+    if isinstance(row, LogLine):
+        return "log", LogLinePublic.from_row(row).model_dump(mode="json")
+    return "checkpoint", CheckpointPublic.from_row(row).model_dump(mode="json")
