@@ -10,7 +10,6 @@ cannot be reached; 130 interrupted.
 """
 
 import csv
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -412,15 +411,43 @@ def worker(
     burst: Annotated[bool, typer.Option("--burst", help="Exit once the queues are empty.")] = False,
     gpus: Annotated[
         str | None,
-        typer.Option("--gpus", help="GPUs this worker may use, e.g. 0,1 (CUDA_VISIBLE_DEVICES)."),
+        typer.Option(
+            "--gpus",
+            help="CUDA ids this worker owns, e.g. 0,1 (as CUDA_VISIBLE_DEVICES takes them); "
+            "default: every visible CUDA device.",
+        ),
+    ] = None,
+    slots: Annotated[
+        int | None,
+        typer.Option(
+            "--slots",
+            min=1,
+            help="CPU slots of a worker without GPUs (default: the cores it may use).",
+        ),
     ] = None,
 ) -> None:
-    """Run a worker on the given queues (default: `default`)."""
+    """Run a worker on the given queues (default: `default`).
+
+    Its jobs may have as many ranks as it has GPUs, or CPU slots without any; GPUs are not
+    shared with the other workers of its host (docs/deployment.md, "Placement and queues").
+    """
+    from worker.devices import DevicesTaken, parse_gpu_ids
+
+    gpu_ids = None
     if gpus is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpus
+        try:
+            gpu_ids = parse_gpu_ids(gpus)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--gpus") from None
+        if slots is not None:
+            raise typer.BadParameter("give --gpus or --slots, not both", param_hint="--slots")
     from worker.main import run_worker
 
-    run_worker(queues=queue or ["default"], burst=burst)
+    try:
+        run_worker(queues=queue or ["default"], burst=burst, gpus=gpu_ids, cpu_slots=slots)
+    except DevicesTaken as exc:
+        err_console.print(f"error: {exc}")
+        raise typer.Exit(1) from None
 
 
 @app.command()

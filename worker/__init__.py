@@ -8,6 +8,7 @@ ingest what its ranks write, and record how it ended.
         heartbeat: the attempt's heartbeat, in a thread beside the loop
         outcome: why it ended; a retried failure goes back to the queue as the next attempt
     main.run_worker: the RQ worker process (`launchbay worker`) and its own heartbeat
+    devices: the GPUs or CPU slots a worker owns, its jobs' size limit, GPUs kept apart
     orphans: stop what attempts whose supervisor died left behind
     lifeline.py: starts the launcher so that it dies with its supervisor
     rank_main.py: the first code of every rank (its log file, its error record, dying with

@@ -8,10 +8,13 @@ the attempt as `worker_lost`, return"; only then is it killed. A horse whose wor
 without a word (SIGKILL) gets the same SIGTERM from the kernel (``PR_SET_PDEATHSIG``).
 
 Each worker keeps a record of itself in Redis (`service.queue.worker_key`, a short TTL) for
-GET /v1/workers: its queues, devices, current job and last heartbeat, refreshed every
+GET /v1/workers: its host (`LAUNCHBAY_WORKER_HOST`), queues, devices (`worker.devices`),
+current job and last heartbeat, refreshed every
 `heartbeat_interval_s` from RQ's own loop (RQ's dequeue timeout and job monitoring interval
 are set to that interval). Redis going away and coming back is survived: a heartbeat or a
 bookkeeping write that fails is logged, and a work loop that RQ gives up is started again.
+Before its first job a worker writes its record and looks at the others': a GPU already owned
+by a live worker of the same host makes it refuse to start (`DevicesTaken`).
 """
 
 import logging
@@ -32,12 +35,21 @@ from rq.job import Job as RQJob
 from rq.worker import SHUTDOWN_SIGNAL
 
 from service.models import utcnow
-from service.queue import delete_worker_record, save_worker_record
+from service.queue import delete_worker_record, read_worker_records, save_worker_record
 from service.settings import Settings, get_settings
 from worker import tasks
+from worker.devices import (
+    DevicesTaken,
+    WorkerDevices,
+    assign_devices,
+    check_gpus_seen,
+    choose_devices,
+    describe_conflicts,
+    detect_cuda,
+    find_gpu_conflicts,
+)
 from worker.lifeline import die_with_parent
 from worker.orphans import stop_orphans
-from worker.prepare import CudaInfo, detect_cuda
 from worker.supervise import request_shutdown
 
 log = logging.getLogger(__name__)
@@ -57,15 +69,6 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def device_ids(cuda: CudaInfo) -> list[str]:
-    """The CUDA device ids this worker may give to ranks, or ["cpu"]."""
-    if not cuda.available or cuda.device_count == 0:
-        return ["cpu"]
-    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
-    visible = [d for d in visible if d]
-    return visible[: cuda.device_count] or [str(i) for i in range(cuda.device_count)]
-
-
 class LaunchbayWorker(Worker):
     """RQ's forking worker, with a cold shutdown that lets the job stop its processes first,
     horses that die with it, and a record of itself for GET /v1/workers."""
@@ -73,7 +76,8 @@ class LaunchbayWorker(Worker):
     # How long a horse may take to stop its job's processes and record the attempt.
     horse_stop_timeout_s: float = 30.0
     heartbeat_interval_s: float = 5.0
-    devices: Sequence[str] = ("cpu",)
+    host: str = socket.gethostname()
+    devices: Sequence[str] = ("cpu:0",)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -112,7 +116,7 @@ class LaunchbayWorker(Worker):
         current = self.current
         return {
             "name": self.name,
-            "host": socket.gethostname(),
+            "host": self.host,
             "pid": self.main_pid,
             "queues": self.queue_names(),
             "devices": list(self.devices),
@@ -123,9 +127,8 @@ class LaunchbayWorker(Worker):
         }
 
     def save_record(self) -> None:
-        ttl_s = max(15.0, 3 * self.heartbeat_interval_s)
         try:
-            save_worker_record(self.connection, self.name, self.record(), ttl_s)
+            self.save_record_or_raise()
         except RedisError as exc:
             log.warning("worker %s: heartbeat failed: %s", self.name, exc)
 
@@ -144,6 +147,29 @@ class LaunchbayWorker(Worker):
         except RedisError as exc:
             log.warning("worker %s: heartbeat of job %s failed: %s", self.name, job.id, exc)
             self.save_record()
+
+    def claim_devices(self, devices: WorkerDevices) -> None:
+        """Announce our devices (our record) and refuse GPUs that another live worker of
+        this host owns. Both of two workers starting at once on one GPU refuse: neither
+        takes it. Waits for Redis while it does not answer."""
+        self.devices = devices.ids()
+        while True:
+            try:
+                self.save_record_or_raise()
+                records = read_worker_records(self.connection)
+                break
+            except RedisError as exc:
+                log.warning("worker %s: cannot claim its devices yet: %s", self.name, exc)
+                time.sleep(RESTART_DELAY_S)
+        conflicts = find_gpu_conflicts(devices, self.host, records, self.name)
+        if conflicts:
+            with suppress(RedisError):
+                delete_worker_record(self.connection, self.name)
+            raise DevicesTaken(describe_conflicts(self.host, conflicts))
+
+    def save_record_or_raise(self) -> None:
+        ttl_s = max(15.0, 3 * self.heartbeat_interval_s)
+        save_worker_record(self.connection, self.name, self.record(), ttl_s)
 
     def teardown(self) -> None:
         try:
@@ -175,7 +201,6 @@ def preload() -> None:
 
     import jobs.recipes  # noqa: F401
     import worker.attempt  # noqa: F401
-    from worker.prepare import detect_cuda
 
     detect_cuda()
 
@@ -187,10 +212,14 @@ def run_worker(
     *,
     name: str | None = None,
     logging_level: str = "INFO",
+    gpus: Sequence[str] | None = None,
+    cpu_slots: int | None = None,
 ) -> bool:
-    """Run a worker on `queues` until shut down (or, with `burst`, until they are empty).
+    """Run a worker on `queues` until shut down (or, with `burst`, until they are empty),
+    owning the CUDA devices `gpus` or `cpu_slots` CPU slots (default: `worker.devices`).
 
-    Returns whether it ran any job (RQ's `Worker.work`).
+    Returns whether it ran any job (RQ's `Worker.work`). Raises `DevicesTaken` when it cannot
+    have those devices.
     """
     settings = settings or get_settings()
     if not logging.getLogger().handlers:
@@ -198,10 +227,9 @@ def run_worker(
             level=logging_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
         )
     tasks.configure(settings)
+    devices = choose_devices(gpus, cpu_slots)  # before CUDA is first asked about
     preload()
-    stopped = stop_orphans(settings.data_dir.resolve())
-    if stopped:
-        log.warning("killed processes %s left by attempts whose supervisor died", stopped)
+    check_gpus_seen(devices, detect_cuda())
     interval = max(1, round(settings.heartbeat_interval_s))
     worker = LaunchbayWorker(
         list(queues),
@@ -213,7 +241,13 @@ def run_worker(
     )
     worker.horse_stop_timeout_s = settings.cancel_grace_s + 20.0
     worker.heartbeat_interval_s = settings.heartbeat_interval_s
-    worker.devices = device_ids(detect_cuda())
+    worker.host = settings.worker_host
+    worker.claim_devices(devices)
+    assign_devices(devices)
+    log.info("worker %s on %s owns %s", worker.name, worker.host, devices.describe())
+    stopped = stop_orphans(settings.data_dir.resolve())
+    if stopped:
+        log.warning("killed processes %s left by attempts whose supervisor died", stopped)
     worked = False
     while True:
         try:

@@ -9,8 +9,6 @@ import os
 import shutil
 import socket
 import sys
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -19,26 +17,13 @@ from sqlalchemy.engine import Engine
 from jobs.spec import JobSpec
 from service.db import session_scope
 from service.store import list_checkpoints
+from worker.devices import CudaInfo, worker_devices
+from worker.devices import detect_cuda as detect_cuda  # where attempt.py and main.py find it
 from worker.launch import DEFAULT_COLLECTIVE_TIMEOUT_S, LaunchPlan, RunPaths, build_launch
 
 
 class LaunchProblem(Exception):
     """The attempt cannot be launched; the message says why, for the job's user."""
-
-
-@dataclass(frozen=True)
-class CudaInfo:
-    available: bool
-    device_count: int
-
-
-@lru_cache
-def detect_cuda() -> CudaInfo:
-    """The CUDA devices this worker can give to ranks (asked once per process)."""
-    import torch
-
-    available = bool(torch.cuda.is_available())
-    return CudaInfo(available, torch.cuda.device_count() if available else 0)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -55,17 +40,18 @@ def parse_spec(raw: dict[str, object]) -> JobSpec:
 
 
 def check_resources(spec: JobSpec, cuda: CudaInfo) -> None:
-    if spec.nnodes != 1:
-        raise LaunchProblem(f"nnodes={spec.nnodes}: this worker runs single-node jobs only")
+    """Refuse what this worker cannot run. A job takes `nproc_per_node` of the worker's
+    devices (`worker.devices`: its GPUs, else its CPU slots), whatever its launcher (the
+    python launcher's one process may start that many of its own) and its `device`."""
     if spec.device == "cuda" and not cuda.available:
         raise LaunchProblem("device=cuda, but this worker has no CUDA device")
     uses_cuda = spec.uses_cuda(cuda.available)
     if spec.backend == "nccl" and not uses_cuda:
         raise LaunchProblem("backend=nccl needs CUDA devices; use gloo (or auto) on CPU")
-    if uses_cuda and spec.launcher == "torchrun" and spec.nproc_per_node > cuda.device_count:
+    devices = worker_devices(cuda)
+    if spec.nproc_per_node > devices.count:
         raise LaunchProblem(
-            f"nproc_per_node={spec.nproc_per_node}, but this worker has "
-            f"{cuda.device_count} CUDA device(s)"
+            f"nproc_per_node={spec.nproc_per_node}, but this worker has {devices.describe()}"
         )
     if spec.launcher == "torchrun" and importlib.util.find_spec("torch.distributed.run") is None:
         raise LaunchProblem("torchrun (torch.distributed.run) cannot be imported on this worker")

@@ -25,7 +25,8 @@ class WorkerPublic(BaseModel):
     host: str
     pid: int
     queues: list[str]
-    # CUDA device ids the worker may give to ranks, or ["cpu"].
+    # The worker's devices (worker/devices.py): its CUDA ids, else its CPU slots, as
+    # "cpu:0" ... "cpu:<N-1>". A job may have as many ranks per node as there are.
     devices: list[str]
     state: str  # idle | busy
     started_at: datetime

@@ -5,6 +5,7 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,10 +80,14 @@ class Stack:
             stop(self.api)
             self.api = None
 
-    def start_worker(self, *queues: str, **env: str) -> subprocess.Popen[bytes]:
+    def start_worker(
+        self, *queues: str, args: Sequence[str] = (), **env: str
+    ) -> subprocess.Popen[bytes]:
+        """`launchbay worker --queue Q ... [args]` with the stack's environment plus `env`."""
         argv = [LAUNCHBAY, "worker"]
         for q in queues or ("default",):
             argv += ["--queue", q]
+        argv += args
         index = len(self.workers)
         worker_env = self.env(**env)
         for secret in ("LAUNCHBAY_ADMIN_TOKEN", "LAUNCHBAY_TOKEN"):

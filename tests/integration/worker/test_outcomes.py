@@ -12,7 +12,9 @@ from service.db import session_scope
 from service.queue import rq_job_id
 from service.store import transition_job
 from tests.integration.worker.conftest import WorkerEnv
+from worker import devices
 from worker.attempt import run_attempt
+from worker.devices import WorkerDevices
 
 
 def states(env: WorkerEnv, job_id: str) -> list[str]:
@@ -117,7 +119,8 @@ def test_elastic_restart_is_recorded_and_local_rank_passed(wenv: WorkerEnv) -> N
     assert "[launchbay] rank 1 started again (elastic restart 1)" in rank1
 
 
-def test_python_launcher_runs_one_process(wenv: WorkerEnv) -> None:
+def test_python_launcher_runs_one_process(wenv: WorkerEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(devices, "_assigned", WorkerDevices(cpu_slots=4))  # `--slots 4`
     job_id = wenv.submit("single.py", launcher="python", nproc_per_node=3, args=["a"])
     result = wenv.run(job_id)
     job = wenv.job(job_id)
@@ -159,6 +162,19 @@ def test_launch_errors(wenv: WorkerEnv, spec: dict[str, str], message: str) -> N
     assert (job.state, job.exit_reason, job.message) == ("failed", "launch_error", message)
     assert result.processes == []
     assert states(wenv, job_id) == ["queued", "starting", "failed"]
+
+
+def test_a_job_larger_than_the_worker_is_not_launched(
+    wenv: WorkerEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(devices, "_assigned", WorkerDevices(cpu_slots=4))  # `--slots 4`
+    job_id = wenv.submit("single.py", launcher="python", nproc_per_node=5)
+    result = wenv.run(job_id)
+    job = wenv.job(job_id)
+
+    message = "nproc_per_node=5, but this worker has 4 CPU slot(s)"
+    assert (job.state, job.exit_reason, job.message) == ("failed", "launch_error", message)
+    assert result.processes == []
 
 
 def test_attempt_not_queued_is_left_alone(wenv: WorkerEnv) -> None:

@@ -31,7 +31,7 @@ def test_workers_with_their_queues_devices_heartbeat_and_job(
 
     items = api.get("/v1/workers").json()["items"]
     assert [(w["name"], w["state"], w["queues"], w["devices"]) for w in items] == [
-        ("host:1", "idle", ["default", "gpu"], ["cpu"]),
+        ("host:1", "idle", ["default", "gpu"], ["cpu:0"]),
         ("host:2", "busy", ["default"], ["0", "1"]),
     ]
     assert items[0]["current_job"] is None

@@ -303,12 +303,57 @@ def test_worker_command_calls_run_worker_lazily(
     fake = types.ModuleType("worker.main")
     fake.run_worker = lambda **kwargs: calls.append(kwargs)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "worker.main", fake)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     result = launchbay(api, "worker", "--queue", "gpu", "--queue", "cpu", "--burst", "--gpus", "1")
     assert result.exit_code == 0, result.output
-    assert calls == [{"queues": ["gpu", "cpu"], "burst": True}]
-    assert launchbay(api, "worker").exit_code == 0
-    assert calls[-1] == {"queues": ["default"], "burst": False}
+    assert calls == [{"queues": ["gpu", "cpu"], "burst": True, "gpus": ("1",), "cpu_slots": None}]
+    assert launchbay(api, "worker", "--gpus", " 2, 3").exit_code == 0
+    assert calls[-1] == {
+        "queues": ["default"],
+        "burst": False,
+        "gpus": ("2", "3"),
+        "cpu_slots": None,
+    }
+    assert launchbay(api, "worker", "--slots", "3").exit_code == 0
+    assert calls[-1] == {"queues": ["default"], "burst": False, "gpus": None, "cpu_slots": 3}
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["--gpus", "0,,1"], "empty device id"),
+        (["--gpus", "0,1,0"], "names device 0 more than once"),
+        (["--gpus", ""], "at least one CUDA device id"),
+        (["--gpus", "0", "--slots", "2"], "not both"),
+        (["--slots", "0"], "--slots"),
+    ],
+)
+def test_worker_command_refuses_bad_devices(
+    api: FakeApi, monkeypatch: pytest.MonkeyPatch, args: list[str], problem: str
+) -> None:
+    calls: list[dict[str, Any]] = []
+    fake = types.ModuleType("worker.main")
+    fake.run_worker = lambda **kwargs: calls.append(kwargs)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "worker.main", fake)
+    result = launchbay(api, "worker", *args)
+    assert result.exit_code == 2
+    assert problem in " ".join(result.output.split())
+    assert calls == []
+
+
+def test_worker_command_exits_1_when_its_gpus_are_taken(
+    api: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worker.devices import DevicesTaken
+
+    def taken(**kwargs: Any) -> None:
+        raise DevicesTaken("GPUs already owned on host box: 1 by worker box:7")
+
+    fake = types.ModuleType("worker.main")
+    fake.run_worker = taken  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "worker.main", fake)
+    result = launchbay(api, "worker", "--gpus", "1")
+    assert result.exit_code == 1
+    assert "error: GPUs already owned on host box: 1 by worker box:7" in result.stderr
 
 
 def test_client_commands_never_import_the_server_side() -> None:

@@ -1,10 +1,13 @@
 """Checks before a launch, the copy of uploaded code, and torchrun's restart directories."""
 
+import os
 from pathlib import Path
 
 import pytest
 
 from jobs.spec import JobSpec
+from worker import devices
+from worker.devices import WorkerDevices
 from worker.prepare import CudaInfo, LaunchProblem, check_resources, prepare_code, recipe_module
 from worker.supervise import elastic_restart_count
 
@@ -15,13 +18,27 @@ def spec(**fields: object) -> JobSpec:
     return JobSpec.model_validate({"name": "t", "code": {"code_id": CODE_ID}, **fields})
 
 
+@pytest.fixture(autouse=True)
+def unassigned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No devices assigned (a job run outside `launchbay worker`), 4 usable cores."""
+    monkeypatch.setattr(devices, "_assigned", None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+
+
 @pytest.mark.parametrize(
     ("fields", "cuda", "problem"),
     [
-        ({"nnodes": 2}, CudaInfo(True, 8), "single-node"),
         ({"device": "cuda"}, CudaInfo(False, 0), "no CUDA device"),
         ({"backend": "nccl"}, CudaInfo(False, 0), "backend=nccl"),
-        ({"nproc_per_node": 4}, CudaInfo(True, 2), "nproc_per_node=4, but this worker has 2"),
+        (
+            {"nproc_per_node": 4},
+            CudaInfo(True, 2),
+            r"^nproc_per_node=4, but this worker has 2 device\(s\) \(0,1\)$",
+        ),
+        ({"nproc_per_node": 5}, CudaInfo(False, 0), r"nproc_per_node=5, .* 4 CPU slot\(s\)$"),
+        ({"device": "cpu", "nproc_per_node": 2}, CudaInfo(True, 1), "has 1 device"),
+        ({"launcher": "python", "nproc_per_node": 3}, CudaInfo(True, 2), "nproc_per_node=3"),
     ],
 )
 def test_resource_problems(fields: dict[str, object], cuda: CudaInfo, problem: str) -> None:
@@ -30,9 +47,21 @@ def test_resource_problems(fields: dict[str, object], cuda: CudaInfo, problem: s
 
 
 def test_resources_that_fit() -> None:
-    check_resources(spec(nproc_per_node=4), CudaInfo(False, 0))  # CPU ranks: no device limit
+    check_resources(spec(nproc_per_node=4), CudaInfo(False, 0))
     check_resources(spec(nproc_per_node=2), CudaInfo(True, 2))
-    check_resources(spec(device="cpu", nproc_per_node=8), CudaInfo(True, 1))
+    check_resources(spec(device="cpu", nproc_per_node=1), CudaInfo(True, 1))
+    check_resources(spec(nnodes=2, nproc_per_node=2), CudaInfo(True, 2))  # multi-node: allowed
+
+
+def test_the_assigned_devices_limit_the_ranks() -> None:
+    devices.assign_devices(WorkerDevices(gpus=("2", "3")))
+    check_resources(spec(nproc_per_node=2), CudaInfo(False, 0))  # no CUDA: ranks on CPU
+    with pytest.raises(LaunchProblem, match=r"nproc_per_node=3, .* 2 device\(s\) \(2,3\)$"):
+        check_resources(spec(nproc_per_node=3), CudaInfo(False, 0))
+    devices.assign_devices(WorkerDevices(cpu_slots=8))
+    check_resources(spec(nproc_per_node=8, launcher="python"), CudaInfo(False, 0))
+    with pytest.raises(LaunchProblem, match=r"nproc_per_node=9, .* 8 CPU slot\(s\)$"):
+        check_resources(spec(nproc_per_node=9), CudaInfo(False, 0))
 
 
 def test_unknown_recipe() -> None:

@@ -1,0 +1,107 @@
+"""GPU placement on one machine: workers with their own `--gpus`, the devices they report in
+GET /v1/workers, the CUDA_VISIBLE_DEVICES their jobs get, jobs too large for a worker, and a
+worker refused GPUs another one owns. On a machine without CUDA the ids only size and place
+the jobs, whose ranks run on CPU."""
+
+import io
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+
+from tests.conftest import make_stack
+from tests.support.procs import wait_until
+from tests.support.stack import Stack
+
+# Without CUDA, any ids do; with CUDA, a worker refuses ids that CUDA does not see.
+pytestmark = pytest.mark.skipif(
+    0 < torch.cuda.device_count() < 4, reason="needs no CUDA device, or at least 4"
+)
+
+SCRIPT = b"""\
+import os
+
+names = ("CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE")
+print(" ".join(f"{name}={os.environ.get(name)}" for name in names), flush=True)
+"""
+
+
+@pytest.fixture
+def placement_stack(tmp_path: Path, sqlite_url: str, redis_url: str) -> Iterator[Stack]:
+    stack = make_stack(tmp_path / "stack", sqlite_url, redis_url)
+    try:
+        stack.start_api()
+        yield stack
+    finally:
+        stack.stop()
+
+
+def workers_by_queue(http: httpx.Client) -> dict[str, dict[str, Any]]:
+    items = http.get("/v1/workers").json()["items"]
+    return {w["queues"][0]: w for w in items}
+
+
+def submit(http: httpx.Client, code_id: str, queue: str, nproc: int) -> str:
+    spec = {
+        "name": f"where-{queue}",
+        "code": {"code_id": code_id, "entrypoint": "where.py"},
+        "queue": queue,
+        "nproc_per_node": nproc,
+    }
+    created = http.post("/v1/jobs", json=spec)
+    assert created.status_code == 201, created.text
+    return str(created.json()["id"])
+
+
+def rank_lines(http: httpx.Client, job_id: str) -> dict[int, list[str]]:
+    lines: dict[int, list[str]] = {}
+    for item in http.get(f"/v1/jobs/{job_id}/logs", params={"limit": 1000}).json()["items"]:
+        lines.setdefault(item["rank"], []).append(item["line"])
+    return lines
+
+
+def test_workers_split_the_gpus_of_a_machine(placement_stack: Stack) -> None:
+    stack = placement_stack
+    stack.start_worker("pair-a", args=["--gpus", "0,1"])
+    stack.start_worker("pair-b", args=["--gpus", "2, 3"])
+    with stack.client() as http:
+        assert wait_until(lambda: len(workers_by_queue(http)) == 2, timeout=90), stack.worker_logs()
+        workers = workers_by_queue(http)
+        assert workers["pair-a"]["devices"] == ["0", "1"]
+        assert workers["pair-b"]["devices"] == ["2", "3"]
+        assert workers["pair-a"]["host"] == workers["pair-b"]["host"]
+
+        # A third worker on GPUs both others hold refuses to start, naming who holds which.
+        third = stack.start_worker("pair-c", args=["--gpus", "3,1"])
+        third.wait(timeout=90)
+        assert third.returncode == 1, stack.worker_logs()
+        refusal = (stack.root / "worker-2.log").read_text()
+        host = workers["pair-a"]["host"]
+        assert f"GPUs already owned on host {host}" in refusal
+        assert f"1 by worker {workers['pair-a']['name']}" in refusal
+        assert f"3 by worker {workers['pair-b']['name']}" in refusal
+        time.sleep(0.5)
+        assert sorted(workers_by_queue(http)) == ["pair-a", "pair-b"]
+
+        upload = http.post("/v1/code", files={"file": ("where.py", io.BytesIO(SCRIPT))})
+        assert upload.status_code == 201, upload.text
+        code_id = upload.json()["code_id"]
+        jobs = {queue: submit(http, code_id, queue, nproc=2) for queue in ("pair-a", "pair-b")}
+        too_big = submit(http, code_id, "pair-b", nproc=3)
+
+        for queue, visible in (("pair-a", "0,1"), ("pair-b", "2,3")):
+            job = stack.wait_for_state(http, jobs[queue], {"succeeded"})
+            assert job["worker"] == workers[queue]["name"]
+            lines = rank_lines(http, jobs[queue])
+            for rank in (0, 1):
+                expected = f"CUDA_VISIBLE_DEVICES={visible} RANK={rank} WORLD_SIZE=2"
+                assert expected in lines[rank], lines
+
+        failed = stack.wait_for_state(http, too_big, {"failed"})
+        assert failed["exit_reason"] == "launch_error"
+        assert failed["message"] == "nproc_per_node=3, but this worker has 2 device(s) (2,3)"
+        assert failed["worker"] == workers["pair-b"]["name"]
