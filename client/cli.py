@@ -396,11 +396,19 @@ def token_revoke(ctx: typer.Context, name: Annotated[str, typer.Argument()]) -> 
 def api(
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port")] = 8000,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="Processes serving the port (default 1); more use more CPU cores.",
+        ),
+    ] = 1,
 ) -> None:
     """Run the HTTP service (applies database migrations first)."""
     from service.app import run_api
 
-    run_api(host, port)
+    run_api(host, port, workers)
 
 
 @app.command()

@@ -81,15 +81,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-def run_api(host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Apply migrations, then serve until interrupted."""
+def run_api(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
+    """Apply migrations, then serve until interrupted.
+
+    With `workers` > 1, uvicorn runs that many processes on the one port, each with its own
+    engine, reaper thread (several reapers are safe, see service.reaper) and cache of verified
+    tokens (a token revoked through one process may work in the others for up to
+    `service.auth.TOKEN_CACHE_TTL_S`). The submission rate limit lives in Redis, shared.
+    """
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = get_settings()
     upgrade_database(settings.resolved_database_url)
     log.info("database ready at %s", _redact(settings.resolved_database_url))
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    if workers > 1:
+        # Each process builds its app from the same environment.
+        uvicorn.run(
+            "service.app:create_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level="info",
+        )
+    else:
+        uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
 
 
 def _redact(url: str) -> str:

@@ -14,7 +14,14 @@ from sqlalchemy.exc import IntegrityError
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
 from service import code_store, policy, queue, store
-from service.deps import CurrentPrincipal, OwnedJob, RedisDep, SessionDep, SettingsDep
+from service.deps import (
+    CurrentPrincipal,
+    JobSnapshot,
+    OwnedJob,
+    RedisDep,
+    SessionDep,
+    SettingsDep,
+)
 from service.errors import Conflict, InvalidTransition, ServiceUnavailable
 from service.models import Job
 from service.schemas import JobPublic, JobsPublic
@@ -104,7 +111,8 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobPublic)
-def get_job(job: OwnedJob) -> JobPublic:
+async def get_job(job: JobSnapshot) -> JobPublic:
+    # No I/O here: the dependency read the row in the thread pool.
     return JobPublic.from_row(job)
 
 
