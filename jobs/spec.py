@@ -77,6 +77,9 @@ class JobSpec(StrictModel):
     max_retries: Annotated[int, Field(ge=0, le=100)] = 0
     timeout_s: Annotated[float, Field(gt=0, le=30 * 24 * 3600)] | None = None
     hang_timeout_s: Annotated[float, Field(gt=0, le=30 * 24 * 3600)] | None = None
+    # nnodes > 1: how long every node may take to join before the attempt fails with
+    # `rendezvous_timeout` (null: the worker's LAUNCHBAY_RENDEZVOUS_TIMEOUT_S).
+    rendezvous_timeout_s: Annotated[float, Field(gt=0, le=24 * 3600)] | None = None
     checkpoint: CheckpointPolicy = CheckpointPolicy()
     tags: dict[
         Annotated[str, Field(min_length=1, max_length=128)],
@@ -142,6 +145,8 @@ class JobSpec(StrictModel):
                 )
         if self.launcher == "python" and self.pass_local_rank_arg:
             raise ValueError("pass_local_rank_arg applies to the torchrun launcher only")
+        if self.launcher == "python" and self.nnodes > 1:
+            raise ValueError("nnodes > 1 needs the torchrun launcher")
         return self
 
     def resolved_backend(self, cuda_available: bool) -> str:

@@ -57,6 +57,18 @@ def states_that_can_become(target: JobState) -> frozenset[JobState]:
     return frozenset(s for s, allowed in ALLOWED_TRANSITIONS.items() if target in allowed)
 
 
+class NodeState(StrEnum):
+    """A node of a multi-node job's attempt: the job's states, plus `stopped` (its processes
+    were stopped because the attempt ended elsewhere: another node, the reaper, the API)."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STOPPED = "stopped"
+
+
 class ExitReason(StrEnum):
     COMPLETED = "completed"
     USER_ERROR = "user_error"

@@ -92,8 +92,38 @@ class LogLine(SQLModel, table=True):
     seq: int = Field(sa_type=BigInteger)
     attempt: int
     rank: int
+    # Which node of a multi-node job wrote it (0 for a single-node job); `rank` is global.
+    node: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
     ts: float
     line: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class JobNode(SQLModel, table=True):
+    """One node of an attempt of a multi-node job (`nnodes` > 1): the worker that took the
+    node's task, and how that node ended.
+
+    The node that joins first hosts torch's c10d rendezvous: its row holds the `endpoint`
+    every other node of the attempt is started with. `failed_at` is set when the node
+    announces a failure before it stops its processes, so the job ends with the cause (a lost
+    worker, a timeout) rather than with what its peers' ranks saw next (a broken collective).
+    """
+
+    __tablename__ = "job_node"
+
+    job_id: str = Field(foreign_key="job.id", primary_key=True, max_length=32)
+    attempt: int = Field(primary_key=True)
+    node: int = Field(primary_key=True)
+    worker: str = Field(max_length=256)
+    host: str = Field(max_length=256)
+    endpoint: str | None = Field(default=None, max_length=300)
+    state: str = Field(max_length=16)
+    joined_at: datetime = Field(default_factory=utcnow)
+    last_heartbeat: datetime = Field(default_factory=utcnow)
+    failed_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    exit_reason: str | None = Field(default=None, max_length=32)
+    message: str | None = Field(default=None, sa_column=Column(Text))
 
 
 class Checkpoint(SQLModel, table=True):

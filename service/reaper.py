@@ -8,6 +8,8 @@ off) and as `launchbay reaper`. Each pass:
   start) is older than `reaper_lost_after_s` has lost its worker: a cancelling one becomes
   `cancelled`; another is retried (`service.store.requeue_job`: queued as attempt + 1, then
   enqueued) while its `max_retries` allow, else it fails with exit reason `worker_lost`;
+- a node of a multi-node job with no heartbeat for as long ends its attempt the same way,
+  while the other nodes may still heartbeat (`reap_lost_nodes`);
 - a job queued for longer than `reaper_queued_grace_s` whose attempt no worker will run (its
   RQ job is gone or ended) is enqueued again.
 
@@ -27,14 +29,16 @@ from redis.exceptions import RedisError
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from jobs.states import ExitReason, JobState
+from jobs.states import ExitReason, JobState, NodeState
 from service.db import session_scope
 from service.models import Job, utcnow
-from service.queue import enqueue_again, enqueue_attempt, missing_attempts
+from service.queue import enqueue_again, enqueue_attempt, missing_tasks
 from service.settings import Settings
 from service.store import (
     find_lost_jobs,
+    find_lost_nodes,
     find_queued_jobs,
+    finish_node,
     queued_since,
     requeue_job,
     transition_job,
@@ -60,6 +64,7 @@ def reap_once(
     now = now or utcnow()
     report = ReapReport()
     reap_lost_jobs(engine, redis, settings, now, report)
+    reap_lost_nodes(engine, redis, settings, now, report)
     try:
         enqueue_missing_attempts(engine, redis, settings, now, report)
     except RedisError as exc:
@@ -114,12 +119,50 @@ def reap_lost_jobs(
                     report.failed.append(job.id)
                 continue
         log.warning("job %s attempt %d: %s; retrying", job.id, job.attempt, message)
-        report.retried.append(job.id)
-        try:
-            enqueue_attempt(redis, retried, grace_s=settings.cancel_grace_s)
-        except RedisError as exc:
-            # Queued without a queue entry: a later pass enqueues it.
-            log.warning("job %s: retry not enqueued yet: %s", job.id, exc)
+        _enqueue_retry(redis, settings, retried, report)
+
+
+def reap_lost_nodes(
+    engine: Engine, redis: Redis, settings: Settings, now: datetime, report: ReapReport
+) -> None:
+    """A node of a multi-node job whose worker stopped heartbeating while its peers go on ends
+    the attempt as a whole (`service.store.finish_node`): retried or failed as `worker_lost`,
+    or cancelled if it was cancelling. The peers then see the attempt is over and stop."""
+    lost_before = now - timedelta(seconds=settings.reaper_lost_after_s)
+    with session_scope(engine) as session:
+        lost = find_lost_nodes(session, lost_before)
+    for node in lost:
+        message = f"worker {node.worker} lost: no heartbeat for {settings.reaper_lost_after_s:g} s"
+        with session_scope(engine) as session:
+            end = finish_node(
+                session,
+                node.job_id,
+                node.attempt,
+                node.node,
+                state=NodeState.FAILED,
+                exit_reason=ExitReason.WORKER_LOST,
+                message=message,
+                lost_before=lost_before,
+            )
+            job = session.get(Job, node.job_id) if end.recorded else None
+        if job is None:
+            continue
+        log.warning("job %s attempt %d: node %d %s", node.job_id, node.attempt, node.node, message)
+        if end.retried is not None:
+            _enqueue_retry(redis, settings, end.retried, report)
+        elif job.state == JobState.CANCELLED:
+            report.cancelled.append(job.id)
+        else:
+            report.failed.append(job.id)
+
+
+def _enqueue_retry(redis: Redis, settings: Settings, job: Job, report: ReapReport) -> None:
+    report.retried.append(job.id)
+    try:
+        enqueue_attempt(redis, job, grace_s=settings.cancel_grace_s)
+    except RedisError as exc:
+        # Queued without a queue entry: a later pass enqueues it.
+        log.warning("job %s: retry not enqueued yet: %s", job.id, exc)
 
 
 def enqueue_missing_attempts(
@@ -128,7 +171,10 @@ def enqueue_missing_attempts(
     grace_s = settings.reaper_queued_grace_s
     with session_scope(engine) as session:
         queued = find_queued_jobs(session, now - timedelta(seconds=grace_s))
-    for job in missing_attempts(redis, queued):
+    missing = missing_tasks(redis, queued)
+    for job in queued:
+        if job.id not in missing:
+            continue
         with session_scope(engine) as session:
             since = queued_since(session, job.id, job.attempt)
             current = session.get(Job, job.id)
@@ -136,7 +182,7 @@ def enqueue_missing_attempts(
             continue
         if since is not None and since > now.timestamp() - grace_s:
             continue  # a retry just queued: its enqueue may be on the way
-        enqueue_again(redis, current, grace_s=settings.cancel_grace_s)
+        enqueue_again(redis, current, missing[job.id], grace_s=settings.cancel_grace_s)
         log.warning("job %s attempt %d: queue entry lost; enqueued again", job.id, job.attempt)
         report.enqueued.append(job.id)
 

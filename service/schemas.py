@@ -5,7 +5,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from service.models import Checkpoint, Job, LogLine, MetricPoint
+from service.models import Checkpoint, Job, JobNode, LogLine, MetricPoint
 
 SECRET_MASK = "***"
 
@@ -90,17 +90,45 @@ class JobsPublic(BaseModel):
 class LogLinePublic(BaseModel):
     seq: int
     rank: int
+    # The node of a multi-node job the rank ran on (0 otherwise); `rank` is the global rank.
+    node: int
     ts: float
     line: str
 
     @classmethod
     def from_row(cls, row: LogLine) -> "LogLinePublic":
-        return cls(seq=row.seq, rank=row.rank, ts=row.ts, line=row.line)
+        return cls(seq=row.seq, rank=row.rank, node=row.node, ts=row.ts, line=row.line)
 
 
 class LogsPublic(BaseModel):
     items: list[LogLinePublic]
     next_after: int
+
+
+class NodePublic(BaseModel):
+    """A node of an attempt of a multi-node job."""
+
+    attempt: int
+    node: int
+    worker: str
+    host: str
+    # Set on the node that hosts the attempt's rendezvous (`host:port`).
+    endpoint: str | None
+    state: str
+    joined_at: datetime
+    last_heartbeat: datetime
+    finished_at: datetime | None
+    exit_code: int | None
+    exit_reason: str | None
+    message: str | None
+
+    @classmethod
+    def from_row(cls, row: JobNode) -> "NodePublic":
+        return cls.model_validate(row, from_attributes=True)
+
+
+class NodesPublic(BaseModel):
+    items: list[NodePublic]
 
 
 class MetricPointPublic(BaseModel):

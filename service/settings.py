@@ -1,5 +1,6 @@
 """Every setting, read from `LAUNCHBAY_*` environment variables by one cached factory."""
 
+import socket
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
@@ -66,6 +67,11 @@ class Settings(BaseSettings):
     heartbeat_interval_s: float = Field(default=5.0, gt=0)
     # The ranks' collective timeout when the spec sets no hang_timeout_s (docs/reliability.md).
     collective_timeout_s: int = Field(default=1800, ge=1)
+    # The address other nodes of a multi-node job reach this worker at (its rendezvous endpoint
+    # and its ranks), and how long all nodes of such a job may take to join when the spec does
+    # not say (docs/multi-node.md).
+    worker_host: str = Field(default_factory=socket.gethostname, min_length=1)
+    rendezvous_timeout_s: float = Field(default=600.0, gt=0)
 
     # The reaper (docs/reliability.md): in the API unless turned off, or `launchbay reaper`.
     reaper_enabled: bool = True

@@ -17,8 +17,8 @@ from sqlalchemy import ColumnElement, delete, func, insert, update
 from sqlmodel import Session, col, select
 
 from jobs.spec import JobSpec
-from jobs.states import ACTIVE_STATES, ExitReason, JobState, states_that_can_become
-from service.models import Checkpoint, Job, JobEvent, LogLine, MetricPoint, utcnow
+from jobs.states import ACTIVE_STATES, ExitReason, JobState, NodeState, states_that_can_become
+from service.models import Checkpoint, Job, JobEvent, JobNode, LogLine, MetricPoint, utcnow
 
 # Worker-side failures that retry the job while `max_retries` allow (docs/reliability.md):
 # all but a cancel, a timeout (it would only time out again) and a launch error (the spec or
@@ -125,6 +125,24 @@ def transition_job(
     cannot move a job that has since been retried. `lost_before`, when given, must be later
     than the job's last sign of life (the reaper's condition). `fields` are other columns to set.
     """
+    moved = _transition(session, job_id, target, attempt=attempt, lost_before=lost_before, **fields)
+    if moved:
+        session.commit()
+    else:
+        session.rollback()
+    return moved
+
+
+def _transition(
+    session: Session,
+    job_id: str,
+    target: JobState,
+    *,
+    attempt: int | None = None,
+    lost_before: datetime | None = None,
+    **fields: Any,
+) -> bool:
+    """`transition_job` without the commit (or the rollback when nothing moved)."""
     values: dict[str, Any] = {"state": target, **fields}
     if target.is_terminal():
         values.setdefault("finished_at", utcnow())
@@ -138,13 +156,11 @@ def transition_job(
     result = session.execute(stmt.values(**values).returning(col(Job.attempt)))
     new_attempt = result.scalar_one_or_none()
     if new_attempt is None:
-        session.rollback()
         return False
     detail: dict[str, Any] = {
         k: fields[k] for k in ("exit_code", "exit_reason", "message", "worker") if k in fields
     }
     _add_state_event(session, job_id, target, int(new_attempt), detail)
-    session.commit()
     return True
 
 
@@ -166,6 +182,34 @@ def requeue_job(
     has shown no sign of life since). Returns the job, for the caller to enqueue now that it is
     committed; None, having changed nothing, otherwise (the caller then fails the job).
     """
+    job = _requeue(
+        session,
+        job_id,
+        attempt,
+        exit_reason=exit_reason,
+        exit_code=exit_code,
+        message=message,
+        lost_before=lost_before,
+    )
+    if job is None:
+        session.rollback()
+        return None
+    session.commit()
+    session.refresh(job)
+    return job
+
+
+def _requeue(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    *,
+    exit_reason: ExitReason,
+    exit_code: int | None,
+    message: str | None,
+    lost_before: datetime | None = None,
+) -> Job | None:
+    """`requeue_job` without the commit (or the rollback when it did not retry)."""
     if exit_reason not in RETRYABLE_EXIT_REASONS:
         return None
     job = session.get(Job, job_id)
@@ -194,7 +238,6 @@ def requeue_job(
         "message": f"{note}: {message}" if message else note,
     }
     if session.execute(stmt.values(**values).returning(col(Job.id))).scalar_one_or_none() is None:
-        session.rollback()
         return None
     detail = {
         "retry_of": attempt,
@@ -203,8 +246,6 @@ def requeue_job(
         "message": message,
     }
     _add_state_event(session, job_id, JobState.QUEUED, attempt + 1, detail)
-    session.commit()
-    session.refresh(job)
     return job
 
 
@@ -266,6 +307,7 @@ class NewLogLine:
     rank: int
     ts: float
     line: str
+    node: int = 0
 
 
 def append_log_lines(
@@ -320,6 +362,7 @@ def append_output(
                     "seq": first + i,
                     "attempt": attempt,
                     "rank": ln.rank,
+                    "node": ln.node,
                     "ts": ln.ts,
                     "line": ln.line,
                 }
@@ -358,8 +401,11 @@ def append_output(
     session.commit()
 
 
-def touch_job_heartbeat(session: Session, job_id: str, attempt: int) -> JobState | None:
-    """Set `last_heartbeat` of the job's running attempt and return its state (and commit).
+def touch_job_heartbeat(
+    session: Session, job_id: str, attempt: int, node: int | None = None
+) -> JobState | None:
+    """Set `last_heartbeat` of the job's running attempt (and of its node `node`, for a
+    multi-node job) and return the job's state (and commit).
 
     None when the job is no longer this attempt's to run (retried, finished by someone else,
     deleted): the caller should stop.
@@ -371,8 +417,291 @@ def touch_job_heartbeat(session: Session, job_id: str, attempt: int) -> JobState
         .returning(col(Job.state))
     )
     state = session.execute(stmt).scalar_one_or_none()
+    if state is not None and node is not None:
+        session.execute(
+            update(JobNode)
+            .where(*_node_key(job_id, attempt, node), col(JobNode.finished_at).is_(None))
+            .values(last_heartbeat=utcnow())
+        )
     session.commit()
     return None if state is None else JobState(state)
+
+
+# Multi-node jobs (`nnodes` > 1): each node's task joins the attempt, and the attempt ends as a
+# whole (docs/multi-node.md).
+
+
+@dataclass(frozen=True)
+class NodeSeat:
+    """What a node that joined an attempt runs with: the rendezvous endpoint (`host:port`),
+    whether this node hosts it, and the job's spec."""
+
+    endpoint: str
+    is_host: bool
+    spec: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NodeEnd:
+    """What `finish_node` did: whether it ended the attempt (the job's state changed), and the
+    job queued again as its next attempt, for the caller to enqueue."""
+
+    recorded: bool = False
+    retried: Job | None = None
+
+
+def _node_key(job_id: str, attempt: int, node: int) -> tuple[ColumnElement[bool], ...]:
+    return (
+        col(JobNode.job_id) == job_id,
+        col(JobNode.attempt) == attempt,
+        col(JobNode.node) == node,
+    )
+
+
+def _lock_job(session: Session, job_id: str) -> Job | None:
+    """The job's row, locked until commit: whoever changes the nodes of an attempt takes it
+    first, so their decisions (who hosts, who finishes last) are made one at a time. A no-op
+    UPDATE, because SQLite has no SELECT ... FOR UPDATE (an UPDATE takes its write lock)."""
+    session.execute(update(Job).where(col(Job.id) == job_id).values(last_seq=Job.last_seq))
+    stmt = select(Job).where(Job.id == job_id).execution_options(populate_existing=True)
+    return session.exec(stmt).first()
+
+
+def join_node(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    node: int,
+    *,
+    worker: str,
+    host: str,
+    endpoint: str,
+) -> NodeSeat | None:
+    """Take node `node` of attempt `attempt` of a multi-node job (committed).
+
+    The first node to join moves the job from queued to starting and hosts the rendezvous at
+    `endpoint` (this worker's `host:port`); a later one gets that endpoint. None, changing
+    nothing, when the attempt is no longer the job's, no longer takes nodes (every node has
+    joined, or it is cancelling or over) or this node has been taken already.
+    """
+    job = _lock_job(session, job_id)
+    if (
+        job is None
+        or job.attempt != attempt
+        or job.state not in (JobState.QUEUED, JobState.STARTING)
+        or not 0 <= node < int(job.spec.get("nnodes") or 1)
+        or session.get(JobNode, (job_id, attempt, node)) is not None
+    ):
+        session.rollback()
+        return None
+    now = utcnow()
+    hosting = job.state == JobState.QUEUED
+    if hosting and not _transition(
+        session,
+        job_id,
+        JobState.STARTING,
+        attempt=attempt,
+        worker=worker,
+        started_at=now,
+        last_heartbeat=now,
+    ):
+        session.rollback()
+        return None
+    if not hosting:
+        host_row = session.exec(
+            select(JobNode).where(
+                JobNode.job_id == job_id,
+                JobNode.attempt == attempt,
+                col(JobNode.endpoint).is_not(None),
+            )
+        ).first()
+        if host_row is None or host_row.endpoint is None:
+            session.rollback()
+            return None
+        endpoint = host_row.endpoint
+    session.add(
+        JobNode(
+            job_id=job_id,
+            attempt=attempt,
+            node=node,
+            worker=worker,
+            host=host,
+            endpoint=endpoint if hosting else None,
+            state=NodeState.STARTING,
+            joined_at=now,
+            last_heartbeat=now,
+        )
+    )
+    spec = dict(job.spec)
+    session.commit()
+    return NodeSeat(endpoint=endpoint, is_host=hosting, spec=spec)
+
+
+def mark_node_running(session: Session, job_id: str, attempt: int, node: int) -> None:
+    """The node's ranks have started (committed)."""
+    session.execute(
+        update(JobNode)
+        .where(*_node_key(job_id, attempt, node), col(JobNode.state) == NodeState.STARTING)
+        .values(state=NodeState.RUNNING)
+    )
+    session.commit()
+
+
+def announce_node_failure(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    node: int,
+    *,
+    exit_reason: ExitReason,
+    message: str,
+) -> None:
+    """Note, before the node stops its processes, why it fails (committed): its peers' ranks
+    will fail next, and the attempt must end with this cause, not theirs (`finish_node`)."""
+    session.execute(
+        update(JobNode)
+        .where(
+            *_node_key(job_id, attempt, node),
+            col(JobNode.finished_at).is_(None),
+            col(JobNode.failed_at).is_(None),
+        )
+        .values(failed_at=utcnow(), exit_reason=exit_reason, message=message)
+    )
+    session.commit()
+
+
+def finish_node(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    node: int,
+    *,
+    state: NodeState,
+    exit_reason: ExitReason | None = None,
+    exit_code: int | None = None,
+    message: str | None = None,
+    lost_before: datetime | None = None,
+) -> NodeEnd:
+    """Record how node `node` of a multi-node attempt ended (`state`: succeeded, failed,
+    cancelled or stopped) and, when that decides the attempt, the job's outcome (committed):
+
+    - a failure ends the attempt at once: the job fails, or is queued again as the next attempt
+      while `max_retries` allow, with the cause the first node announced
+      (`announce_node_failure`), else this node's;
+    - success, once every node has succeeded;
+    - while the job is cancelling (or on a cancel), cancelled once every node that joined has
+      finished.
+
+    Only the node's row changes for a node `stopped` because the attempt ended elsewhere, or
+    when the attempt is no longer the job's active one. With
+    `lost_before` (the reaper), nothing changes unless the node's last heartbeat is older.
+    """
+    job = _lock_job(session, job_id)
+    row = session.get(JobNode, (job_id, attempt, node), populate_existing=True)
+    if row is None or row.finished_at is not None:
+        session.rollback()
+        return NodeEnd()
+    if lost_before is not None and row.last_heartbeat >= lost_before:
+        session.rollback()
+        return NodeEnd()
+    row.state, row.finished_at, row.exit_code = state, utcnow(), exit_code
+    if row.failed_at is None:
+        row.exit_reason, row.message = exit_reason, message
+    session.add(row)
+    session.flush()
+    if (
+        state is NodeState.STOPPED
+        or job is None
+        or job.attempt != attempt
+        or JobState(job.state) not in ACTIVE_STATES
+    ):
+        session.commit()
+        return NodeEnd()
+    nodes = list(
+        session.exec(
+            select(JobNode).where(JobNode.job_id == job_id, JobNode.attempt == attempt)
+        ).all()
+    )
+    finished = all(n.finished_at is not None for n in nodes)
+    retried: Job | None = None
+    if job.state == JobState.CANCELLING or state is NodeState.CANCELLED:
+        recorded = finished and _cancel_attempt(session, job_id, attempt)
+    elif state is NodeState.SUCCEEDED:
+        everyone = len(nodes) == int(job.spec.get("nnodes") or 1) and finished
+        recorded = everyone and all(n.state == NodeState.SUCCEEDED for n in nodes)
+        if recorded:
+            recorded = _transition(
+                session,
+                job_id,
+                JobState.SUCCEEDED,
+                attempt=attempt,
+                exit_code=0,
+                exit_reason=ExitReason.COMPLETED,
+            )
+    else:
+        announced = sorted((n for n in nodes if n.failed_at is not None), key=_failed_at)
+        cause = announced[0] if announced else row
+        reason = ExitReason(cause.exit_reason or exit_reason or ExitReason.USER_ERROR)
+        text = f"node {cause.node} (worker {cause.worker}): {cause.message or reason}"
+        retried = _requeue(
+            session, job_id, attempt, exit_reason=reason, exit_code=cause.exit_code, message=text
+        )
+        recorded = retried is not None or _transition(
+            session,
+            job_id,
+            JobState.FAILED,
+            attempt=attempt,
+            exit_code=cause.exit_code,
+            exit_reason=reason,
+            message=text,
+        )
+    session.commit()
+    if retried is not None:
+        session.refresh(retried)
+    return NodeEnd(recorded=recorded, retried=retried)
+
+
+def _failed_at(node: JobNode) -> datetime:
+    assert node.failed_at is not None
+    return node.failed_at
+
+
+def _cancel_attempt(session: Session, job_id: str, attempt: int) -> bool:
+    _transition(session, job_id, JobState.CANCELLING, attempt=attempt)
+    return _transition(
+        session,
+        job_id,
+        JobState.CANCELLED,
+        attempt=attempt,
+        exit_reason=ExitReason.CANCELLED,
+        message="cancelled on request",
+    )
+
+
+def find_lost_nodes(session: Session, lost_before: datetime, limit: int = 100) -> list[JobNode]:
+    """Unfinished nodes of the active attempts of multi-node jobs, with no heartbeat since
+    `lost_before`."""
+    stmt = (
+        select(JobNode)
+        .join(Job, (col(Job.id) == col(JobNode.job_id)) & (col(Job.attempt) == JobNode.attempt))
+        .where(
+            col(Job.state).in_(ACTIVE_STATES),
+            col(JobNode.finished_at).is_(None),
+            col(JobNode.last_heartbeat) < lost_before,
+        )
+        .limit(limit)
+    )
+    return list(session.exec(stmt).all())
+
+
+def list_nodes(session: Session, job_id: str) -> list[JobNode]:
+    """The nodes of every attempt of a job, by attempt and node."""
+    stmt = (
+        select(JobNode)
+        .where(JobNode.job_id == job_id)
+        .order_by(col(JobNode.attempt), col(JobNode.node))
+    )
+    return list(session.exec(stmt).all())
 
 
 def register_checkpoint(
@@ -453,11 +782,19 @@ def list_jobs(
 
 
 def list_log_lines(
-    session: Session, job_id: str, *, rank: int | None, after: int, limit: int
+    session: Session,
+    job_id: str,
+    *,
+    rank: int | None,
+    after: int,
+    limit: int,
+    node: int | None = None,
 ) -> list[LogLine]:
     stmt = select(LogLine).where(LogLine.job_id == job_id, col(LogLine.seq) > after)
     if rank is not None:
         stmt = stmt.where(LogLine.rank == rank)
+    if node is not None:
+        stmt = stmt.where(LogLine.node == node)
     return list(session.exec(stmt.order_by(col(LogLine.seq)).limit(limit)).all())
 
 
@@ -477,7 +814,7 @@ def list_checkpoints(session: Session, job_id: str) -> list[Checkpoint]:
 
 def delete_job_rows(session: Session, job_id: str) -> None:
     """Remove a job and every row it produced, in one transaction."""
-    tables: Iterable[Any] = (JobEvent, MetricPoint, LogLine, Checkpoint)
+    tables: Iterable[Any] = (JobEvent, MetricPoint, LogLine, Checkpoint, JobNode)
     for table in tables:
         session.execute(delete(table).where(col(table.job_id) == job_id))
     session.execute(delete(Job).where(col(Job.id) == job_id))

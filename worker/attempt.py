@@ -5,9 +5,16 @@ job back to `queued` as the next attempt and enqueues it (`service.store.requeue
 
 Every state change is conditional (`service.store.transition_job` with the attempt), so an
 attempt that was cancelled while queued, taken by someone else or retried is left alone.
+
+A multi-node job (`nnodes` > 1) runs as one task per node (`node`): each joins the attempt
+(`service.store.join_node`; the first hosts torch's c10d rendezvous), runs its share of the
+ranks, and records how it ended with `service.store.finish_node`, which ends the attempt as a
+whole: at the first failure, or once every node has succeeded (docs/multi-node.md).
 """
 
 import logging
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,18 +22,31 @@ from redis import Redis
 from redis.exceptions import RedisError
 from sqlalchemy.engine import Engine
 
-from jobs.states import ExitReason, JobState
+from jobs.states import ExitReason, JobState, NodeState
 from service.db import session_scope
 from service.models import Job, utcnow
 from service.queue import cancel_key, enqueue_attempt, heartbeat_key
 from service.settings import Settings
-from service.store import requeue_job, transition_job
+from service.store import (
+    announce_node_failure,
+    finish_node,
+    join_node,
+    requeue_job,
+    transition_job,
+)
 from worker.heartbeat import AttemptHeartbeat
-from worker.launch import RunPaths
+from worker.launch import Rendezvous, RunPaths
 from worker.monitor import AttemptMonitor, retry_db
 from worker.orphans import leave_note, remove_note
 from worker.outcome import Outcome
-from worker.prepare import CudaInfo, LaunchProblem, detect_cuda, parse_spec, prepare_attempt
+from worker.prepare import (
+    CudaInfo,
+    LaunchProblem,
+    detect_cuda,
+    free_port,
+    parse_spec,
+    prepare_attempt,
+)
 from worker.supervise import ProcessRecord
 
 log = logging.getLogger(__name__)
@@ -39,6 +59,7 @@ class AttemptResult:
     job_id: str
     attempt: int
     paths: RunPaths
+    node: int | None = None
     outcome: Outcome | None = None
     recorded: bool = False
     # The job was put back to `queued` as attempt + 1 instead of failing.
@@ -88,14 +109,61 @@ def record_outcome(
     if written is None:
         return False, False
     recorded, retried = written
-    if retried is not None and redis is not None and settings is not None:
-        log.info("job %s: attempt %d %s; retrying", job_id, attempt, outcome.reason)
-        try:
-            enqueue_attempt(redis, retried, grace_s=settings.cancel_grace_s)
-        except RedisError as exc:
-            # Queued without a queue entry: the reaper enqueues it.
-            log.warning("job %s: retry not enqueued (the reaper will): %s", job_id, exc)
+    _enqueue_retry(redis, settings, retried, outcome)
     return recorded, retried is not None
+
+
+def record_node_outcome(
+    engine: Engine,
+    job_id: str,
+    attempt: int,
+    node: int,
+    outcome: Outcome | None,
+    *,
+    redis: Redis,
+    settings: Settings,
+) -> tuple[bool, bool]:
+    """`record_outcome` for a node of a multi-node job (`service.store.finish_node`): the job
+    changes only when this decides the attempt. `outcome` None: the node was stopped because
+    the attempt ended elsewhere."""
+
+    def write() -> tuple[bool, Job | None]:
+        with session_scope(engine) as session:
+            if outcome is None:
+                end = finish_node(session, job_id, attempt, node, state=NodeState.STOPPED)
+            else:
+                end = finish_node(
+                    session,
+                    job_id,
+                    attempt,
+                    node,
+                    state=NodeState(outcome.state),
+                    exit_reason=outcome.reason,
+                    exit_code=outcome.exit_code,
+                    message=outcome.message,
+                )
+            return end.recorded, end.retried
+
+    written = retry_db(write, f"recording how node {node} of job {job_id} ended")
+    if written is None:
+        return False, False
+    recorded, retried = written
+    _enqueue_retry(redis, settings, retried, outcome)
+    return recorded, retried is not None
+
+
+def _enqueue_retry(
+    redis: Redis | None, settings: Settings | None, retried: Job | None, outcome: Outcome | None
+) -> None:
+    if retried is None or redis is None or settings is None:
+        return
+    reason = outcome.reason if outcome is not None else "?"
+    log.info("job %s: attempt %d %s; retrying", retried.id, retried.attempt - 1, reason)
+    try:
+        enqueue_attempt(redis, retried, grace_s=settings.cancel_grace_s)
+    except RedisError as exc:
+        # Queued without a queue entry: the reaper enqueues it.
+        log.warning("job %s: retry not enqueued (the reaper will): %s", retried.id, exc)
 
 
 def _with_notes(outcome: Outcome, notes: str | None) -> Outcome:
@@ -113,31 +181,24 @@ def run_attempt(
     attempt: int,
     *,
     worker_name: str,
+    node: int | None = None,
     cuda: CudaInfo | None = None,
 ) -> AttemptResult | None:
-    """Run attempt `attempt` of job `job_id` to its end and record how it ended.
+    """Run attempt `attempt` of job `job_id` (its node `node`, for a multi-node job) to its end
+    and record how it ended.
 
     Returns None, having done nothing, when the job is not `queued` at that attempt any more
-    (cancelled while queued, or taken by another worker).
+    (cancelled while queued, or taken by another worker), or the node cannot join it.
     """
-    with session_scope(engine) as session:
-        now = utcnow()
-        taken = transition_job(
-            session,
-            job_id,
-            JobState.STARTING,
-            attempt=attempt,
-            worker=worker_name,
-            started_at=now,
-            last_heartbeat=now,
+    taken = _take(engine, settings, job_id, attempt, node, worker_name)
+    if taken is None:
+        log.info(
+            "job %s attempt %d node %s: not to be run any more; skipped", job_id, attempt, node
         )
-        job = session.get(Job, job_id) if taken else None
-        raw_spec = dict(job.spec) if job is not None else None
-    if raw_spec is None:
-        log.info("job %s attempt %d is not queued any more; skipped", job_id, attempt)
         return None
-    paths = RunPaths.for_attempt(settings.data_dir.resolve(), job_id, attempt)
-    result = AttemptResult(job_id, attempt, paths)
+    raw_spec, rendezvous = taken
+    paths = RunPaths.for_attempt(settings.data_dir.resolve(), job_id, attempt, node)
+    result = AttemptResult(job_id, attempt, paths, node)
     heartbeat = AttemptHeartbeat(
         engine,
         redis,
@@ -145,9 +206,17 @@ def run_attempt(
         attempt=attempt,
         worker_name=worker_name,
         interval_s=settings.heartbeat_interval_s,
+        node=node,
     ).start()
     try:
-        _run(engine, redis, settings, result, raw_spec, heartbeat, worker_name, cuda)
+        _run(engine, redis, settings, result, raw_spec, heartbeat, worker_name, cuda, rendezvous)
+        if node is not None:
+            result.recorded, result.retried = record_node_outcome(
+                engine, job_id, attempt, node, result.outcome, redis=redis, settings=settings
+            )
+            if result.recorded:
+                _forget_keys(redis, job_id)
+            return result
         if result.outcome is None:
             return result  # taken away: its keys may be a later attempt's now
         _forget_keys(redis, job_id)
@@ -161,8 +230,56 @@ def run_attempt(
     finally:
         heartbeat.stop()
         if not result.survivors:
-            remove_note(paths.data_dir, job_id, attempt)
+            remove_note(paths.data_dir, job_id, attempt, node)
     return result
+
+
+def _take(
+    engine: Engine,
+    settings: Settings,
+    job_id: str,
+    attempt: int,
+    node: int | None,
+    worker_name: str,
+) -> tuple[dict[str, Any], Rendezvous | None] | None:
+    """Take the attempt (queued → starting), or join it as node `node`: its spec, and where a
+    multi-node job's nodes meet; None when it is not to be run."""
+    now = utcnow()
+    with session_scope(engine) as session:
+        if node is None:
+            taken = transition_job(
+                session,
+                job_id,
+                JobState.STARTING,
+                attempt=attempt,
+                worker=worker_name,
+                started_at=now,
+                last_heartbeat=now,
+            )
+            job = session.get(Job, job_id) if taken else None
+            return (dict(job.spec), None) if job is not None else None
+        host = settings.worker_host
+        seat = join_node(
+            session,
+            job_id,
+            attempt,
+            node,
+            worker=worker_name,
+            host=host,
+            endpoint=f"{host}:{free_port('')}",
+        )
+    if seat is None:
+        return None
+    timeout_s = seat.spec.get("rendezvous_timeout_s") or settings.rendezvous_timeout_s
+    rendezvous = Rendezvous(
+        endpoint=seat.endpoint,
+        is_host=seat.is_host,
+        local_addr=host,
+        # torchrun's own wait, a backstop: the supervisor stops the node at timeout_s.
+        join_timeout_s=math.ceil(timeout_s) + 60,
+        node=node,
+    )
+    return seat.spec, rendezvous
 
 
 def _run(
@@ -174,9 +291,10 @@ def _run(
     heartbeat: AttemptHeartbeat,
     worker_name: str,
     cuda: CudaInfo | None,
+    rendezvous: Rendezvous | None,
 ) -> None:
     """Prepare, launch and monitor the attempt; its outcome (or None) goes into `result`."""
-    job_id, attempt, paths = result.job_id, result.attempt, result.paths
+    job_id, attempt, paths, node = result.job_id, result.attempt, result.paths, result.node
     try:
         spec = parse_spec(raw_spec)
         plan = prepare_attempt(
@@ -188,8 +306,9 @@ def _run(
             code_store=settings.code_dir,
             cuda=cuda or detect_cuda(),
             collective_timeout_s=settings.collective_timeout_s,
+            rendezvous=rendezvous,
         )
-        leave_note(paths.data_dir, job_id, attempt, paths.pids_file)
+        leave_note(paths.data_dir, job_id, attempt, paths.pids_file, node)
         monitor = AttemptMonitor(
             engine,
             redis,
@@ -201,6 +320,8 @@ def _run(
             paths=paths,
             worker_name=worker_name,
             heartbeat=heartbeat,
+            node=node,
+            announce=None if node is None else _announcer(engine, result),
         )
         result.outcome, result.survivors = monitor.run()
         if monitor.tree is not None:
@@ -212,8 +333,33 @@ def _run(
     except BaseException as exc:
         message = f"the worker failed while supervising the job: {type(exc).__name__}: {exc}"
         lost = Outcome(JobState.FAILED, ExitReason.WORKER_LOST, None, message)
-        record_outcome(engine, job_id, attempt, lost, redis=redis, settings=settings)
+        if node is None:
+            record_outcome(engine, job_id, attempt, lost, redis=redis, settings=settings)
+        else:
+            record_node_outcome(engine, job_id, attempt, node, lost, redis=redis, settings=settings)
         raise
+
+
+def _announcer(engine: Engine, result: AttemptResult) -> Callable[[Outcome], None]:
+    """What a node of a multi-node job calls before it stops its processes for a failure."""
+    job_id, attempt, node = result.job_id, result.attempt, result.node
+    assert node is not None
+
+    def announce(outcome: Outcome) -> None:
+        def write() -> None:
+            with session_scope(engine) as session:
+                announce_node_failure(
+                    session,
+                    job_id,
+                    attempt,
+                    node,
+                    exit_reason=outcome.reason,
+                    message=outcome.message or str(outcome.reason),
+                )
+
+        retry_db(write, f"announcing the failure of node {node} of job {job_id}", tries=2)
+
+    return announce
 
 
 def _forget_keys(redis: Redis, job_id: str) -> None:

@@ -1,10 +1,10 @@
 """The heartbeat of one attempt, from a thread of its own.
 
 Every `interval_s` it sets the job's Redis heartbeat key (a short TTL) and the job's
-`last_heartbeat` in the database (only while the job is active at this attempt), and keeps the
-state it read back. A thread, not a step of the supervisor loop, so that nothing the loop waits
-on (a slow checksum of a large checkpoint, the cancel grace, the final ingestion) lets the
-reaper take a live attempt for lost.
+`last_heartbeat` in the database, and its node's for a node of a multi-node job (only while the
+job is active at this attempt), and keeps the state it read back. A thread, not a step of the
+supervisor loop, so that nothing the loop waits on (a slow checksum of a large checkpoint, the
+cancel grace, the final ingestion) lets the reaper take a live attempt for lost.
 
 The supervisor reads `lost` (the job is no longer this attempt's: retried, ended or cancelled
 elsewhere, deleted) and `cancelling` (a cancel whose Redis key may have been lost).
@@ -36,9 +36,11 @@ class AttemptHeartbeat:
         attempt: int,
         worker_name: str,
         interval_s: float,
+        node: int | None = None,
     ) -> None:
         self.engine, self.redis = engine, redis
         self.job_id, self.attempt, self.worker_name = job_id, attempt, worker_name
+        self.node = node
         self.interval_s = interval_s
         self.state: JobState | None = JobState.STARTING
         self.lost = False
@@ -74,7 +76,7 @@ class AttemptHeartbeat:
             log.warning("job %s: heartbeat to Redis failed: %s", self.job_id, exc)
         try:
             with session_scope(self.engine) as session:
-                state = touch_job_heartbeat(session, self.job_id, self.attempt)
+                state = touch_job_heartbeat(session, self.job_id, self.attempt, self.node)
         except SQLAlchemyError as exc:
             log.warning("job %s: heartbeat to the database failed: %s", self.job_id, exc)
             return

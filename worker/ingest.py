@@ -115,8 +115,10 @@ class Ingestor:
         events_file: Path,
         max_line_bytes: int,
         on_checkpoint: Callable[[CheckpointEvent], None],
+        node: int = 0,
     ) -> None:
         self.engine = engine
+        self.node = node
         self.job_id = job_id
         self.attempt = attempt
         self.log_dir = log_dir
@@ -149,7 +151,9 @@ class Ingestor:
         self._discover_rank_logs()
         for rank, reader in sorted(self.rank_logs.items()):
             lines = reader.drain() if final else reader.read_lines()
-            self._logs += [NewLogLine(rank=rank, ts=now, line=line) for line in lines]
+            self._logs += [
+                NewLogLine(rank=rank, ts=now, line=line, node=self.node) for line in lines
+            ]
             self.log_lines_seen += len(lines)
         lines = self.events.drain() if final else self.events.read_lines()
         for line in lines:

@@ -23,6 +23,8 @@ from jobs.spec import LAUNCHER_ENV, JobSpec
 RANK_ENTRY = Path(__file__).resolve().with_name("rank_main.py")
 LOCALHOST = "127.0.0.1"
 COLLECTIVE_TIMEOUT_ENV = "LAUNCHBAY_COLLECTIVE_TIMEOUT_S"
+# Which node of a multi-node job a rank runs on (our node index, not torchrun's GROUP_RANK).
+NODE_ENV = "LAUNCHBAY_NODE"
 # torchrun's rendezvous store, shared with the ranks by default, keeps the process group's keys
 # across elastic restarts: a restarted rank could read a dead peer's gloo address ("Gloo
 # connectFullMesh failed ... Connection refused"). Off, rank 0 hosts a fresh store each round.
@@ -46,7 +48,8 @@ SECRET_ENV = frozenset(
 class RunPaths:
     """Where one attempt lives on disk.
 
-    ``runs/<job>/attempt-<n>/`` holds the events file, ``logs/`` (one file per rank, the
+    ``runs/<job>/attempt-<n>/`` (``.../node-<k>/`` per node of a multi-node job) holds the
+    events file, ``logs/`` (one file per rank, the
     launcher's own output, error records) and, for uploaded code, ``code/``; checkpoints go to
     ``checkpoints/<job>/``, shared by every attempt so a retry can resume.
     """
@@ -58,8 +61,14 @@ class RunPaths:
     log_dir: Path
 
     @classmethod
-    def for_attempt(cls, data_dir: Path, job_id: str, attempt: int) -> "RunPaths":
+    def for_attempt(
+        cls, data_dir: Path, job_id: str, attempt: int, node: int | None = None
+    ) -> "RunPaths":
+        """The attempt's paths; for node `node` of a multi-node job, its own run directory
+        ``attempt-<n>/node-<k>/`` (several nodes may share the data dir, even one machine)."""
         run_dir = data_dir / "runs" / job_id / f"attempt-{attempt}"
+        if node is not None:
+            run_dir = run_dir / f"node-{node}"
         return cls(
             data_dir=data_dir,
             run_dir=run_dir,
@@ -89,6 +98,20 @@ class RunPaths:
 
 
 @dataclass(frozen=True)
+class Rendezvous:
+    """Where the nodes of a multi-node attempt meet (torchrun's c10d rendezvous): `endpoint`
+    (`host:port`) is hosted by the node that joined first (`is_host`); `local_addr` is the
+    address the other nodes reach this one at; `join_timeout_s` is torchrun's own limit on
+    waiting for every node, a backstop behind the supervisor's rendezvous timeout."""
+
+    endpoint: str
+    is_host: bool
+    local_addr: str
+    join_timeout_s: int
+    node: int
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     argv: list[str]
     env: dict[str, str]
@@ -111,11 +134,14 @@ def build_launch(
     base_env: Mapping[str, str],
     recipe_module: str | None = None,
     default_collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S,
+    rendezvous: Rendezvous | None = None,
 ) -> LaunchPlan:
-    """The command, environment and working directory of one attempt.
+    """The command, environment and working directory of one attempt (of one node of it, with
+    `rendezvous`, for a multi-node job).
 
     `port` is a free local port: torchrun's c10d rendezvous endpoint, or MASTER_PORT for the
-    `python` launcher. `recipe_module` is the recipe's module (required for `recipe:` specs).
+    `python` launcher; a multi-node job meets at `rendezvous.endpoint` instead.
+    `recipe_module` is the recipe's module (required for `recipe:` specs).
     `base_env` is the worker's own environment; the ranks get it minus the service's secrets,
     then `spec.env`, then Launchbay's variables, which nothing overrides.
     """
@@ -142,12 +168,20 @@ def build_launch(
         base_env=base_env,
         default_collective_timeout_s=default_collective_timeout_s,
     )
+    if rendezvous is not None:
+        env[NODE_ENV] = str(rendezvous.node)
     if spec.launcher == "python":
         env.update(
             MASTER_ADDR=LOCALHOST, MASTER_PORT=str(port), WORLD_SIZE=str(spec.nproc_per_node)
         )
         return LaunchPlan(argv=[python, "-u", *entry], env=env, cwd=cwd, launcher="python")
 
+    if rendezvous is None:
+        endpoint, local_addr, conf = f"{LOCALHOST}:{port}", LOCALHOST, []
+    else:
+        endpoint, local_addr = rendezvous.endpoint, rendezvous.local_addr
+        is_host = int(rendezvous.is_host)
+        conf = [f"--rdzv-conf=is_host={is_host},join_timeout={rendezvous.join_timeout_s}"]
     argv = [
         python,
         "-P",  # the working directory holds user code: it must not shadow torch itself
@@ -157,9 +191,10 @@ def build_launch(
         f"--nproc-per-node={spec.nproc_per_node}",
         f"--max-restarts={spec.max_restarts}",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={LOCALHOST}:{port}",
+        f"--rdzv-endpoint={endpoint}",
         f"--rdzv-id={job_id}-{attempt}",
-        f"--local-addr={LOCALHOST}",
+        *conf,
+        f"--local-addr={local_addr}",
         f"--log-dir={paths.torchelastic_dir}",
         *entry,
     ]
@@ -187,6 +222,7 @@ def build_env(
     if not uses_cuda and "OMP_NUM_THREADS" not in spec.env:
         env["OMP_NUM_THREADS"] = "1"
     env.pop("LAUNCHBAY_RESUME_FROM", None)
+    env.pop(NODE_ENV, None)
     env.update(
         {
             "PYTHONUNBUFFERED": "1",

@@ -69,6 +69,16 @@ def _exited(pid: int) -> bool:
         return True
 
 
+def current_job(args: Sequence[Any]) -> dict[str, Any] | None:
+    """What GET /v1/workers shows of a task `run_job(id, attempt[, node])` being run."""
+    if len(args) not in (2, 3):
+        return None
+    job: dict[str, Any] = {"id": str(args[0]), "attempt": int(args[1])}
+    if len(args) == 3 and args[2] is not None:
+        job["node"] = int(args[2])
+    return job
+
+
 class LaunchbayWorker(Worker):
     """RQ's forking worker, with a cold shutdown that lets the job stop its processes first,
     horses that die with it, and a record of itself for GET /v1/workers."""
@@ -83,7 +93,8 @@ class LaunchbayWorker(Worker):
         super().__init__(*args, **kwargs)
         self.main_pid = os.getpid()
         self.started = utcnow()
-        self.current: tuple[str, int] | None = None
+        # The job of the running task: {"id", "attempt"} and, for a multi-node job, "node".
+        self.current: dict[str, Any] | None = None
         self.stopping = False
 
     def request_stop(self, signum: Any, frame: Any) -> None:
@@ -101,7 +112,7 @@ class LaunchbayWorker(Worker):
 
     def execute_job(self, job: RQJob, queue: Queue) -> None:
         args = job.args
-        self.current = (str(args[0]), int(args[1])) if len(args) == 2 else None
+        self.current = current_job(args)
         self.save_record()
         try:
             super().execute_job(job, queue)
@@ -123,7 +134,7 @@ class LaunchbayWorker(Worker):
             "state": "busy" if current else "idle",
             "started_at": self.started.isoformat(),
             "last_heartbeat": utcnow().isoformat(),
-            "current_job": {"id": current[0], "attempt": current[1]} if current else None,
+            "current_job": current,
         }
 
     def save_record(self) -> None:

@@ -32,7 +32,12 @@ from jobs.states import ExitReason, JobState
 from service.db import session_scope
 from service.queue import cancel_key
 from service.settings import Settings
-from service.store import AttemptSuperseded, add_attempt_event, transition_job
+from service.store import (
+    AttemptSuperseded,
+    add_attempt_event,
+    mark_node_running,
+    transition_job,
+)
 from worker.checkpoints import CheckpointRegistrar
 from worker.heartbeat import AttemptHeartbeat
 from worker.ingest import Ingestor
@@ -59,7 +64,15 @@ class StopReason(StrEnum):
     TIMEOUT = "timeout"
     HANG = "hang"
     SHUTDOWN = "shutdown"
+    RENDEZVOUS = "rendezvous"  # a multi-node job's nodes did not all join in time
     LOST = "lost"  # the job is no longer this attempt's (retried, ended or deleted elsewhere)
+
+
+# Stops that fail the attempt: a node of a multi-node job announces them before it stops its
+# processes (see `AttemptMonitor.announce`).
+FAILING_STOPS = frozenset(
+    {StopReason.TIMEOUT, StopReason.HANG, StopReason.SHUTDOWN, StopReason.RENDEZVOUS}
+)
 
 
 def yield_cpu_to_ranks() -> None:
@@ -100,11 +113,22 @@ class AttemptMonitor:
         paths: RunPaths,
         worker_name: str,
         heartbeat: AttemptHeartbeat,
+        node: int | None = None,
+        announce: Callable[[Outcome], None] | None = None,
     ) -> None:
+        """`node` (with `announce`) for a node of a multi-node job: `announce` is called with
+        the outcome of a failing stop before the processes are stopped, so the attempt ends
+        with this cause rather than with what the other nodes' ranks see next."""
         self.engine, self.redis, self.settings = engine, redis, settings
         self.heartbeat = heartbeat
         self.job_id, self.attempt, self.spec = job_id, attempt, spec
         self.plan, self.paths, self.worker_name = plan, paths, worker_name
+        self.node, self.announce = node, announce
+        self.rendezvous_timeout_s = (
+            (spec.rendezvous_timeout_s or settings.rendezvous_timeout_s)
+            if node is not None
+            else None
+        )
         self.registrar = CheckpointRegistrar(
             engine,
             job_id,
@@ -122,6 +146,7 @@ class AttemptMonitor:
             events_file=paths.events_file,
             max_line_bytes=settings.max_log_line_bytes,
             on_checkpoint=self.registrar.add,
+            node=node or 0,
         )
         self.running = False
         self.restarts = 0
@@ -159,6 +184,10 @@ class AttemptMonitor:
                 stop = self._stop_reason(started)
                 if stop is not None:
                     log.info("job %s attempt %d: stopping (%s)", self.job_id, self.attempt, stop)
+                    if stop in FAILING_STOPS and self.announce is not None:
+                        failing = self._stopped_outcome(stop, None)
+                        if failing is not None:
+                            self.announce(failing)
                     break
                 time.sleep(self.settings.worker_poll_s)
         finally:
@@ -204,6 +233,8 @@ class AttemptMonitor:
 
     def _transition(self, target: JobState) -> bool:
         with session_scope(self.engine) as session:
+            if self.node is not None and target is JobState.RUNNING:
+                mark_node_running(session, self.job_id, self.attempt, self.node)
             return transition_job(session, self.job_id, target, attempt=self.attempt)
 
     def _event(self, kind: str, data: dict[str, object]) -> None:
@@ -226,8 +257,15 @@ class AttemptMonitor:
             return StopReason.LOST
         if self.spec.timeout_s is not None and now - started >= self.spec.timeout_s:
             return StopReason.TIMEOUT
+        rendezvous_s = self.rendezvous_timeout_s
+        if rendezvous_s is not None and not self.running and now - started >= rendezvous_s:
+            return StopReason.RENDEZVOUS
         hang_s = self.spec.hang_timeout_s
-        if hang_s is not None and now - max(started, self.ingestor.last_event_at) >= hang_s:
+        if (
+            hang_s is not None
+            and self._runs_rank_0()
+            and now - max(started, self.ingestor.last_event_at) >= hang_s
+        ):
             return StopReason.HANG
         if self.heartbeat.cancelling:
             return StopReason.CANCEL  # a cancel whose Redis key got lost
@@ -245,6 +283,13 @@ class AttemptMonitor:
             log.info("job %s: Redis answers again", self.job_id)
             self.redis_retry_at = 0.0
         return StopReason.CANCEL if cancel else None
+
+    def _runs_rank_0(self) -> bool:
+        """Whether rank 0, the one that reports progress, runs here: always on a single node;
+        on the node whose ranks include global rank 0 for a multi-node job (torchrun assigns
+        ranks at the rendezvous; the other nodes never see events, and must not call that a
+        hang)."""
+        return self.node is None or self.paths.rank_log(0).exists()
 
     def _final_ingest(self) -> None:
         for _ in range(5):
@@ -267,6 +312,12 @@ class AttemptMonitor:
             hang_s = self.spec.hang_timeout_s
             message = f"stopped: no new event from rank 0 for hang_timeout_s={hang_s:g} s"
             return Outcome(JobState.FAILED, ExitReason.HANG, returncode, message)
+        if stop is StopReason.RENDEZVOUS:
+            message = (
+                f"not all {self.spec.nnodes} nodes joined within "
+                f"rendezvous_timeout_s={self.rendezvous_timeout_s:g} s; every node was stopped"
+            )
+            return Outcome(JobState.FAILED, ExitReason.RENDEZVOUS_TIMEOUT, returncode, message)
         message = (
             f"worker {self.worker_name} shut down while the job ran; its processes were stopped"
         )

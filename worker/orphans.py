@@ -5,13 +5,14 @@ The kernel already takes most of it (`lifeline.py`, `rank_main.py`): the launche
 when its supervisor dies, and each rank SIGKILLed when its launcher does. What can remain are
 processes a rank started in sessions of their own. So each supervisor leaves a note,
 
-    <data dir>/supervisors/<host>/<job>-<attempt>.json   {job_id, attempt, pid, create_time,
-                                                          boot_time, pids_file}
+    <data dir>/supervisors/<host>/<job>-<attempt>[-node<k>].json   {job_id, attempt, node,
+                                              pid, create_time, boot_time, pids_file}
 
 while its attempt runs, and removes it when nothing of the attempt is left. A worker starting,
 and each work horse before its attempt, reads the notes of its own host: where the supervisor
 is gone (no process with that PID and start time since the same boot), every process still
-recorded in the attempt's `pids.json`, or whose environment names the attempt, is SIGKILLed.
+recorded in the attempt's `pids.json`, or whose environment names the attempt (and node), is
+SIGKILLed.
 Notes of other hosts are never read (the data dir may be shared): PIDs mean nothing there.
 """
 
@@ -25,6 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
+
+from worker.launch import NODE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -40,23 +43,27 @@ class SupervisorNote:
     create_time: float
     boot_time: float
     pids_file: str
+    node: int | None = None  # for a node of a multi-node job (several may run on one host)
 
 
 def notes_dir(data_dir: Path) -> Path:
     return data_dir / "supervisors" / socket.gethostname()
 
 
-def note_path(data_dir: Path, job_id: str, attempt: int) -> Path:
-    return notes_dir(data_dir) / f"{job_id}-{attempt}.json"
+def note_path(data_dir: Path, job_id: str, attempt: int, node: int | None = None) -> Path:
+    suffix = "" if node is None else f"-node{node}"
+    return notes_dir(data_dir) / f"{job_id}-{attempt}{suffix}.json"
 
 
-def leave_note(data_dir: Path, job_id: str, attempt: int, pids_file: Path) -> Path:
+def leave_note(
+    data_dir: Path, job_id: str, attempt: int, pids_file: Path, node: int | None = None
+) -> Path:
     """Record that this process supervises the attempt (see the module docstring)."""
     me = psutil.Process()
     note = SupervisorNote(
-        job_id, attempt, me.pid, me.create_time(), psutil.boot_time(), str(pids_file)
+        job_id, attempt, me.pid, me.create_time(), psutil.boot_time(), str(pids_file), node
     )
-    path = note_path(data_dir, job_id, attempt)
+    path = note_path(data_dir, job_id, attempt, node)
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.tmp")
     temp.write_text(json.dumps(asdict(note)))
@@ -64,9 +71,9 @@ def leave_note(data_dir: Path, job_id: str, attempt: int, pids_file: Path) -> Pa
     return path
 
 
-def remove_note(data_dir: Path, job_id: str, attempt: int) -> None:
+def remove_note(data_dir: Path, job_id: str, attempt: int, node: int | None = None) -> None:
     try:
-        note_path(data_dir, job_id, attempt).unlink()
+        note_path(data_dir, job_id, attempt, node).unlink()
     except FileNotFoundError:
         pass
 
@@ -106,8 +113,10 @@ def attempt_processes(note: SupervisorNote) -> list[psutil.Process]:
             env = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        if env.get("LAUNCHBAY_JOB_ID") == note.job_id and env.get("LAUNCHBAY_ATTEMPT") == str(
-            note.attempt
+        if (
+            env.get("LAUNCHBAY_JOB_ID") == note.job_id
+            and env.get("LAUNCHBAY_ATTEMPT") == str(note.attempt)
+            and env.get(NODE_ENV) == (None if note.node is None else str(note.node))
         ):
             found.append(proc)
     return found

@@ -19,7 +19,13 @@ from service.db import session_scope
 from service.store import list_checkpoints
 from worker.devices import CudaInfo, worker_devices
 from worker.devices import detect_cuda as detect_cuda  # where attempt.py and main.py find it
-from worker.launch import DEFAULT_COLLECTIVE_TIMEOUT_S, LaunchPlan, RunPaths, build_launch
+from worker.launch import (
+    DEFAULT_COLLECTIVE_TIMEOUT_S,
+    LaunchPlan,
+    Rendezvous,
+    RunPaths,
+    build_launch,
+)
 
 
 class LaunchProblem(Exception):
@@ -113,8 +119,10 @@ def prepare_attempt(
     code_store: Path,
     cuda: CudaInfo,
     collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S,
+    rendezvous: Rendezvous | None = None,
 ) -> LaunchPlan:
-    """Check, make the directories, copy the code and build the launch plan."""
+    """Check, make the directories, copy the code and build the launch plan (of one node,
+    meeting the others at `rendezvous`, for a multi-node job)."""
     check_resources(spec, cuda)
     module = recipe_module(spec.recipe) if spec.recipe is not None else None
     for directory in (paths.run_dir, paths.log_dir, paths.checkpoint_dir):
@@ -133,4 +141,5 @@ def prepare_attempt(
         base_env=dict(os.environ),
         recipe_module=module,
         default_collective_timeout_s=collective_timeout_s,
+        rendezvous=rendezvous,
     )

@@ -41,8 +41,9 @@ def worker_name() -> str:
     return os.environ.get("RQ_WORKER_ID") or f"{socket.gethostname()}:{os.getpid()}"
 
 
-def run_job(job_id: str, attempt: int) -> None:
-    """Run one attempt of a Launchbay job to its end (see `worker.attempt.run_attempt`)."""
+def run_job(job_id: str, attempt: int, node: int | None = None) -> None:
+    """Run one attempt of a Launchbay job (its node `node`, for a multi-node job) to its end
+    (see `worker.attempt.run_attempt`)."""
     if shutdown_requested():
         # The worker died as this horse started: leave the job queued for another worker
         # (the reaper enqueues it again, its queue entry having ended).
@@ -59,6 +60,6 @@ def run_job(job_id: str, attempt: int) -> None:
         retry=Retry(ExponentialBackoff(cap=0.5, base=0.1), 1),
     )
     try:
-        run_attempt(engine, redis, settings, job_id, attempt, worker_name=worker_name())
+        run_attempt(engine, redis, settings, job_id, attempt, worker_name=worker_name(), node=node)
     finally:
         redis.close()

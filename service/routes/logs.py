@@ -1,4 +1,4 @@
-"""Every rank's output, paged by seq."""
+"""Every rank's output, paged by seq; and the nodes of a multi-node job."""
 
 from typing import Annotated
 
@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query
 
 from service import store
 from service.deps import MAX_SEQ, OwnedJob, SessionDep
-from service.schemas import LogLinePublic, LogsPublic
+from service.schemas import LogLinePublic, LogsPublic, NodePublic, NodesPublic
 
 router = APIRouter(prefix="/v1/jobs", tags=["logs"])
 
@@ -16,11 +16,19 @@ def get_logs(
     job: OwnedJob,
     session: SessionDep,
     rank: Annotated[int | None, Query(ge=0, le=100_000)] = None,
+    node: Annotated[int | None, Query(ge=0, le=100_000)] = None,
     after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> LogsPublic:
-    rows = store.list_log_lines(session, job.id, rank=rank, after=after, limit=limit)
+    rows = store.list_log_lines(session, job.id, rank=rank, node=node, after=after, limit=limit)
     return LogsPublic(
         items=[LogLinePublic.from_row(r) for r in rows],
         next_after=rows[-1].seq if rows else after,
     )
+
+
+@router.get("/{job_id}/nodes", response_model=NodesPublic)
+def get_nodes(job: OwnedJob, session: SessionDep) -> NodesPublic:
+    """The nodes of every attempt of a multi-node job: which worker ran each, on which host,
+    and how it ended (empty for a single-node job)."""
+    return NodesPublic(items=[NodePublic.from_row(r) for r in store.list_nodes(session, job.id)])

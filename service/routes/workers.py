@@ -18,6 +18,8 @@ router = APIRouter(prefix="/v1/workers", tags=["workers"])
 class WorkerJob(BaseModel):
     id: str
     attempt: int
+    # The node of a multi-node job this worker runs.
+    node: int | None = None
 
 
 class WorkerPublic(BaseModel):

@@ -140,3 +140,35 @@ def test_what_a_dead_supervisor_left_is_stopped(tmp_path: Path, marker: str) -> 
         for proc in (recorded, unrecorded, other):
             proc.kill()
             proc.wait(5)
+
+
+def test_a_dead_node_supervisor_s_orphans_are_stopped_not_its_peer_node_s(
+    tmp_path: Path, marker: str
+) -> None:
+    """Two nodes of one multi-node attempt on one host: only the dead node's processes go."""
+    data = tmp_path / "data"
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    env = {**os.environ, "LAUNCHBAY_JOB_ID": marker, "LAUNCHBAY_ATTEMPT": "1"}
+    node_0 = subprocess.Popen(sleep, start_new_session=True, env={**env, "LAUNCHBAY_NODE": "0"})
+    node_1 = subprocess.Popen(sleep, start_new_session=True, env={**env, "LAUNCHBAY_NODE": "1"})
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_started = psutil.Process(dead.pid).create_time()
+    dead.wait()
+    try:
+        boot, me = psutil.boot_time(), psutil.Process()
+        notes = {
+            0: SupervisorNote(marker, 1, me.pid, me.create_time(), boot, str(tmp_path / "a"), 0),
+            1: SupervisorNote(marker, 1, dead.pid, dead_started, boot, str(tmp_path / "b"), 1),
+        }
+        for node, note in notes.items():
+            path = note_path(data, marker, 1, node)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(asdict(note)))
+
+        assert stop_orphans(data) == [node_1.pid]
+        assert node_1.wait(5) == -signal.SIGKILL and node_0.poll() is None
+        assert note_path(data, marker, 1, 0).exists() and not note_path(data, marker, 1, 1).exists()
+    finally:
+        for proc in (node_0, node_1):
+            proc.kill()
+            proc.wait(5)

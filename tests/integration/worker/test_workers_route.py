@@ -26,7 +26,7 @@ def test_workers_with_their_queues_devices_heartbeat_and_job(
     busy = LaunchbayWorker(["default"], connection=redis, name="host:2")
     busy.devices = ["0", "1"]
     mine = api.post("/v1/jobs", json={"name": "x", "recipe": "synthetic"}).json()["id"]
-    busy.current = (mine, 2)
+    busy.current = {"id": mine, "attempt": 2}
     busy.save_record()
 
     items = api.get("/v1/workers").json()["items"]
@@ -35,7 +35,7 @@ def test_workers_with_their_queues_devices_heartbeat_and_job(
         ("host:2", "busy", ["default"], ["0", "1"]),
     ]
     assert items[0]["current_job"] is None
-    assert items[1]["current_job"] == {"id": mine, "attempt": 2}
+    assert items[1]["current_job"] == {"id": mine, "attempt": 2, "node": None}
     assert items[1]["last_heartbeat"] >= items[1]["started_at"]
 
     # Another user sees the worker busy, not with whose job.

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from jobs.spec import JobSpec
-from worker.launch import RANK_ENTRY, LaunchPlan, RunPaths, build_launch
+from worker.launch import RANK_ENTRY, LaunchPlan, Rendezvous, RunPaths, build_launch
 
 DATA = Path("/data")
 PATHS = RunPaths.for_attempt(DATA, "job1", 3)
@@ -239,3 +239,57 @@ def test_torchrun_ranks_get_a_fresh_store_per_elastic_restart() -> None:
     assert plan(spec()).env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     code = {"code_id": CODE_ID, "entrypoint": "main.py"}
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in plan(spec(code=code, launcher="python")).env
+
+
+def test_a_node_of_a_multi_node_job_meets_the_others_at_the_published_endpoint() -> None:
+    paths = RunPaths.for_attempt(DATA, "job1", 3, node=1)
+    assert paths.run_dir == DATA / "runs/job1/attempt-3/node-1"
+    assert paths.checkpoint_dir == PATHS.checkpoint_dir, "every node shares the job's checkpoints"
+    rendezvous = Rendezvous(
+        endpoint="node-a:29400", is_host=False, local_addr="node-b", join_timeout_s=120, node=1
+    )
+    result = build_launch(
+        spec(nnodes=2, nproc_per_node=4),
+        job_id="job1",
+        attempt=3,
+        paths=paths,
+        resume_from=None,
+        cuda_available=False,
+        port=29999,
+        python=PY,
+        base_env={"LAUNCHBAY_NODE": "7"},
+        recipe_module="jobs.recipes.synthetic",
+        rendezvous=rendezvous,
+    )
+    assert result.argv[4:13] == [
+        "--nnodes=2",
+        "--nproc-per-node=4",
+        "--max-restarts=0",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=node-a:29400",
+        "--rdzv-id=job1-3",
+        "--rdzv-conf=is_host=0,join_timeout=120",
+        "--local-addr=node-b",
+        f"--log-dir={paths.log_dir / 'torchelastic'}",
+    ]
+    assert result.expected_ranks == 4, "the ranks of this node"
+    assert result.env["LAUNCHBAY_NODE"] == "1"
+    assert result.env["LAUNCHBAY_EVENTS_FILE"] == str(paths.events_file)
+    host = build_launch(
+        spec(nnodes=2),
+        job_id="job1",
+        attempt=3,
+        paths=PATHS,
+        resume_from=None,
+        cuda_available=False,
+        port=29999,
+        python=PY,
+        base_env={},
+        recipe_module="jobs.recipes.synthetic",
+        rendezvous=Rendezvous("node-a:29400", True, "node-a", 60, 0),
+    )
+    assert "--rdzv-conf=is_host=1,join_timeout=60" in host.argv
+
+
+def test_a_single_node_job_names_no_node() -> None:
+    assert "LAUNCHBAY_NODE" not in plan(spec(), base_env={"LAUNCHBAY_NODE": "1"}).env

@@ -1,0 +1,235 @@
+"""The nodes of a multi-node attempt in a real database (SQLite and PostgreSQL): who joins and
+hosts the rendezvous, and how the nodes' ends decide the attempt; the reaper on a lost node."""
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from redis import Redis
+from rq import Queue
+from sqlalchemy import update
+from sqlalchemy.engine import Engine
+from sqlmodel import col, select
+
+from jobs.spec import JobSpec
+from jobs.states import ExitReason, JobState, NodeState
+from service import store
+from service.db import make_engine, session_scope
+from service.models import Job, JobEvent, JobNode, utcnow
+from service.queue import attempt_tasks, enqueue_attempt, rq_job_id
+from service.reaper import reap_once
+from service.settings import Settings
+
+
+@pytest.fixture
+def engine(settings: Settings) -> Iterator[Engine]:
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def new_job(engine: Engine, nnodes: int = 2, max_retries: int = 0) -> str:
+    spec = JobSpec(name="multi", recipe="synthetic", nnodes=nnodes, max_retries=max_retries)
+    with session_scope(engine) as session:
+        return store.create_job(session, spec).id
+
+
+def join(engine: Engine, job_id: str, node: int, attempt: int = 1) -> store.NodeSeat | None:
+    with session_scope(engine) as session:
+        return store.join_node(
+            session,
+            job_id,
+            attempt,
+            node,
+            worker=f"w{node}",
+            host=f"host{node}",
+            endpoint=f"host{node}:{29500 + node}",
+        )
+
+
+def finish(
+    engine: Engine,
+    job_id: str,
+    node: int,
+    state: NodeState,
+    reason: ExitReason | None = None,
+    message: str | None = None,
+) -> store.NodeEnd:
+    with session_scope(engine) as session:
+        return store.finish_node(
+            session, job_id, 1, node, state=state, exit_reason=reason, message=message
+        )
+
+
+def job_of(engine: Engine, job_id: str) -> Job:
+    with session_scope(engine) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        return job
+
+
+def states_recorded(engine: Engine, job_id: str) -> list[str]:
+    with session_scope(engine) as session:
+        stmt = select(JobEvent).where(JobEvent.job_id == job_id).order_by(col(JobEvent.seq))
+        return [e.data["state"] for e in session.exec(stmt).all() if e.kind == "state"]
+
+
+def test_the_first_node_hosts_the_rendezvous_and_the_others_meet_there(engine: Engine) -> None:
+    job_id = new_job(engine, nnodes=3)
+    first = join(engine, job_id, 2)
+    assert first is not None and (first.endpoint, first.is_host) == ("host2:29502", True)
+    job = job_of(engine, job_id)
+    assert (job.state, job.worker) == ("starting", "w2")
+    second = join(engine, job_id, 0)
+    assert second is not None and (second.endpoint, second.is_host) == ("host2:29502", False)
+    assert second.spec["nnodes"] == 3
+    assert join(engine, job_id, 0) is None, "a node joins once"
+    assert join(engine, job_id, 3) is None, "there is no node 3 of 3"
+    assert join(engine, job_id, 1, attempt=2) is None, "not the job's attempt"
+    assert states_recorded(engine, job_id) == ["queued", "starting"]
+
+
+def test_a_node_cannot_join_once_the_attempt_runs_or_is_cancelled(engine: Engine) -> None:
+    job_id = new_job(engine)
+    assert join(engine, job_id, 0) is not None
+    with session_scope(engine) as session:
+        assert store.transition_job(session, job_id, JobState.CANCELLING, attempt=1)
+    assert join(engine, job_id, 1) is None
+
+
+def test_success_is_recorded_once_every_node_has_succeeded(engine: Engine) -> None:
+    job_id = new_job(engine)
+    join(engine, job_id, 0), join(engine, job_id, 1)
+    assert finish(engine, job_id, 1, NodeState.SUCCEEDED, ExitReason.COMPLETED).recorded is False
+    assert job_of(engine, job_id).state == "starting"
+    assert finish(engine, job_id, 0, NodeState.SUCCEEDED, ExitReason.COMPLETED).recorded is True
+    job = job_of(engine, job_id)
+    assert (job.state, job.exit_reason, job.exit_code) == ("succeeded", "completed", 0)
+
+
+def test_nodes_finishing_together_record_the_success_once(engine: Engine) -> None:
+    job_id = new_job(engine, nnodes=4)
+    for node in range(4):
+        join(engine, job_id, node)
+    barrier = threading.Barrier(4)
+    ends: list[store.NodeEnd] = []
+
+    def run(node: int) -> None:
+        barrier.wait()
+        ends.append(finish(engine, job_id, node, NodeState.SUCCEEDED, ExitReason.COMPLETED))
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(e.recorded for e in ends) == [False, False, False, True]
+    assert job_of(engine, job_id).state == "succeeded"
+    assert states_recorded(engine, job_id).count("succeeded") == 1
+
+
+def test_the_first_failure_ends_the_attempt_with_the_announced_cause(engine: Engine) -> None:
+    job_id = new_job(engine)
+    join(engine, job_id, 0), join(engine, job_id, 1)
+    with session_scope(engine) as session:
+        store.announce_node_failure(
+            session, job_id, 1, 1, exit_reason=ExitReason.WORKER_LOST, message="worker w1 gone"
+        )
+    # Node 0's ranks fail next (their peer vanished) and it is the first to finish.
+    end = finish(engine, job_id, 0, NodeState.FAILED, ExitReason.USER_ERROR, "rank 0 failed")
+    assert end.recorded and end.retried is None
+    job = job_of(engine, job_id)
+    assert (job.state, job.exit_reason) == ("failed", "worker_lost")
+    assert job.message == "node 1 (worker w1): worker w1 gone"
+    # The announcing node finishes later: only its row changes.
+    assert finish(engine, job_id, 1, NodeState.FAILED, ExitReason.WORKER_LOST) == store.NodeEnd()
+    with session_scope(engine) as session:
+        rows = {n.node: n for n in store.list_nodes(session, job_id)}
+    assert (rows[0].state, rows[0].exit_reason) == ("failed", "user_error")
+    assert (rows[1].state, rows[1].exit_reason) == ("failed", "worker_lost")
+
+
+def test_a_failure_with_retries_left_queues_the_next_attempt(engine: Engine) -> None:
+    job_id = new_job(engine, max_retries=1)
+    join(engine, job_id, 0), join(engine, job_id, 1)
+    end = finish(engine, job_id, 1, NodeState.FAILED, ExitReason.OOM, "rank 1 failed")
+    assert end.recorded and end.retried is not None and end.retried.attempt == 2
+    job = job_of(engine, job_id)
+    assert (job.state, job.attempt) == ("queued", 2)
+    assert job.message is not None and "node 1 (worker w1): rank 1 failed" in job.message
+    # The other node, stopped because the attempt ended elsewhere, changes nothing.
+    assert finish(engine, job_id, 0, NodeState.STOPPED) == store.NodeEnd()
+    assert job_of(engine, job_id).state == "queued"
+    assert join(engine, job_id, 0, attempt=2) is not None
+
+
+def test_a_cancel_ends_when_every_joined_node_has_stopped(engine: Engine) -> None:
+    job_id = new_job(engine)
+    join(engine, job_id, 0), join(engine, job_id, 1)
+    with session_scope(engine) as session:
+        assert store.transition_job(session, job_id, JobState.CANCELLING, attempt=1)
+    assert finish(engine, job_id, 0, NodeState.CANCELLED, ExitReason.CANCELLED).recorded is False
+    assert job_of(engine, job_id).state == "cancelling"
+    # A node whose ranks broke before it saw the cancel still counts as stopped.
+    assert finish(engine, job_id, 1, NodeState.FAILED, ExitReason.USER_ERROR).recorded is True
+    assert job_of(engine, job_id).state == "cancelled"
+
+
+def test_the_tasks_of_every_node_are_enqueued_together(engine: Engine, redis_url: str) -> None:
+    job_id = new_job(engine, nnodes=3)
+    redis = Redis.from_url(redis_url)
+    try:
+        enqueue_attempt(redis, job_of(engine, job_id), grace_s=1)
+        queue = Queue("default", connection=redis)
+        assert queue.job_ids == [rq_job_id(job_id, 1, n) for n in range(3)]
+        assert [queue.fetch_job(i).args for i in queue.job_ids] == [  # type: ignore[union-attr]
+            (job_id, 1, n) for n in range(3)
+        ]
+        assert [t for t, _ in attempt_tasks(job_of(engine, job_id))] == queue.job_ids
+    finally:
+        redis.close()
+
+
+def test_the_reaper_ends_the_attempt_of_a_lost_node_while_others_heartbeat(
+    engine: Engine, settings: Settings, redis_url: str
+) -> None:
+    settings = settings.model_copy(update={"reaper_lost_after_s": 20.0})
+    job_id = new_job(engine, max_retries=1)
+    join(engine, job_id, 0), join(engine, job_id, 1)
+    with session_scope(engine) as session:
+        session.execute(
+            update(JobNode)
+            .where(col(JobNode.job_id) == job_id, col(JobNode.node) == 1)
+            .values(last_heartbeat=utcnow() - timedelta(seconds=60))
+        )
+        session.commit()
+        assert store.touch_job_heartbeat(session, job_id, 1, node=0) == JobState.STARTING
+    redis = Redis.from_url(redis_url)
+    try:
+        report = reap_once(engine, redis, settings)
+        assert report.retried == [job_id]
+        job = job_of(engine, job_id)
+        assert (job.state, job.attempt) == ("queued", 2)
+        assert job.message is not None and "node 1 (worker w1): worker w1 lost" in job.message
+        assert Queue("default", connection=redis).job_ids == [
+            rq_job_id(job_id, 2, 0),
+            rq_job_id(job_id, 2, 1),
+        ]
+        assert reap_once(engine, redis, settings).retried == [], "once"
+        # The node that heartbeats sees its attempt is over.
+        with session_scope(engine) as session:
+            assert store.touch_job_heartbeat(session, job_id, 1, node=0) is None
+    finally:
+        redis.close()
+
+
+def test_deleting_a_job_removes_its_nodes(engine: Engine) -> None:
+    job_id = new_job(engine)
+    join(engine, job_id, 0)
+    finish(engine, job_id, 0, NodeState.FAILED, ExitReason.USER_ERROR)
+    with session_scope(engine) as session:
+        store.delete_job_rows(session, job_id)
+        assert store.list_nodes(session, job_id) == []
