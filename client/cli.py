@@ -218,23 +218,32 @@ def logs(
         bool, typer.Option("--follow", "-f", help="Keep printing new lines.")
     ] = False,
     rank: Annotated[int | None, typer.Option("--rank", help="Only this rank's lines.")] = None,
+    node: Annotated[
+        int | None, typer.Option("--node", help="Only this node's lines (multi-node jobs).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     poll_s: Annotated[float, typer.Option("--poll", hidden=True)] = 1.0,
 ) -> None:
-    """Print a job's log lines (every rank's, prefixed, unless --rank)."""
+    """Print a job's log lines (every rank's, prefixed [rank R] or, for a multi-node job,
+    [node N/rank R], unless --rank)."""
     after = 0
     with _state(ctx).client() as lb:
+        job = lb.get(job_id)
+        multi_node = int(job["spec"].get("nnodes") or 1) > 1
         while True:
-            ended = not follow or lb.get(job_id)["state"] in TERMINAL_STATES
-            for item in lb.iter_logs(job_id, rank=rank, after=after):
+            ended = not follow or job["state"] in TERMINAL_STATES
+            for item in lb.iter_logs(job_id, rank=rank, after=after, node=node):
                 after = item["seq"]
                 line = (
-                    render.to_json_line(item) if as_json else render.format_log(item, rank is None)
+                    render.to_json_line(item)
+                    if as_json
+                    else render.format_log(item, rank is None, multi_node and rank is None)
                 )
                 typer.echo(line)
             if ended:
                 return
             time.sleep(poll_s)
+            job = lb.get(job_id)
 
 
 @app.command()
@@ -334,6 +343,19 @@ def recipes(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         _print_json(body)
     else:
         console.print(render.records_table(render.items_of(body), ["name", "description"]))
+
+
+@app.command()
+def nodes(ctx: typer.Context, job_id: JobId, as_json: JsonFlag = False) -> None:
+    """List the nodes of a multi-node job: per attempt, the worker and host of each node, the
+    rendezvous endpoint, and how each ended."""
+    with _state(ctx).client() as lb:
+        body = lb.nodes(job_id)
+    if as_json:
+        _print_json(body)
+        return
+    columns = ["attempt", "node", "worker", "host", "endpoint", "state", "exit_reason"]
+    console.print(render.records_table(render.items_of(body), columns))
 
 
 @app.command()

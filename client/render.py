@@ -148,7 +148,10 @@ def items_of(body: Any) -> list[dict[str, Any]]:
     return list(body or [])
 
 
-def format_log(item: dict[str, Any], with_rank: bool) -> str:
+def format_log(item: dict[str, Any], with_rank: bool, with_node: bool = False) -> str:
+    """A log line, prefixed `[rank R]`, or `[node N/rank R]` for a multi-node job."""
+    if with_node:
+        return f"[node {item.get('node')}/rank {item.get('rank')}] {item['line']}"
     return f"[rank {item.get('rank')}] {item['line']}" if with_rank else str(item["line"])
 
 

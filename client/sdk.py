@@ -144,16 +144,32 @@ class Client:
         """Every metric point after `after`, fetching page after page."""
         return _pages(lambda a: self.metrics(job_id, name, a, page_size), after, page_size)
 
-    def logs(self, job_id: str, rank: int | None = None, after: int = 0, limit: int = 1000) -> JSON:
+    def logs(
+        self,
+        job_id: str,
+        rank: int | None = None,
+        after: int = 0,
+        limit: int = 1000,
+        node: int | None = None,
+    ) -> JSON:
         """One page of log lines with `seq > after`: `{"items": [...], "next_after": seq}`."""
-        params = _params(rank=rank, after=after, limit=limit)
+        params = _params(rank=rank, node=node, after=after, limit=limit)
         return self._json("GET", _job_path(job_id, "logs"), params=params)
 
     def iter_logs(
-        self, job_id: str, rank: int | None = None, after: int = 0, page_size: int = 1000
+        self,
+        job_id: str,
+        rank: int | None = None,
+        after: int = 0,
+        page_size: int = 1000,
+        node: int | None = None,
     ) -> Iterator[JSON]:
         """Every log line after `after`, fetching page after page."""
-        return _pages(lambda a: self.logs(job_id, rank, a, page_size), after, page_size)
+        return _pages(lambda a: self.logs(job_id, rank, a, page_size, node), after, page_size)
+
+    def nodes(self, job_id: str) -> JSON:
+        """The nodes of every attempt of a multi-node job: `{"items": [...]}`."""
+        return self._json("GET", _job_path(job_id, "nodes"))
 
     def events(self, job_id: str, last_event_id: str | None = None) -> Generator[Event, None, None]:
         """Follow the job's Server-Sent Events until its terminal `state` event.

@@ -1,4 +1,5 @@
-// Every rank's output, one tab per rank, following the tail while scrolled to the bottom.
+// Every rank's output, one tab per rank (labelled node/rank for a multi-node job), following
+// the tail while scrolled to the bottom.
 
 import { h } from "./dom.js";
 
@@ -7,6 +8,7 @@ const KEEP_LINES = 5000; // per rank, in the browser; the CLI and API have them 
 export class LogViewer {
   constructor(container) {
     this.lines = new Map(); // rank -> [text]
+    this.nodes = new Map(); // rank -> the node it runs on, once a line of it says
     this.rank = 0;
     this.follow = true;
     this.tabs = h("div", { class: "tabs", role: "tablist", "aria-label": "rank" });
@@ -57,15 +59,27 @@ export class LogViewer {
             dataset: { rank: String(r), lines: String(this.lines.get(r).length) },
             onclick: () => this.show(r),
           },
-          `rank ${r}`,
+          this.label(r),
         ),
       ),
     );
     return lines;
   }
 
+  label(rank) {
+    const multiNode = [...this.nodes.values()].some((node) => node > 0);
+    return multiNode && this.nodes.has(rank) ? `node ${this.nodes.get(rank)}/rank ${rank}` : `rank ${rank}`;
+  }
+
+  noteNode(line) {
+    if (line.node === undefined || this.nodes.get(line.rank) === line.node) return;
+    this.nodes.set(line.rank, line.node);
+    for (const tab of this.tabs.children) tab.textContent = this.label(Number(tab.dataset.rank));
+  }
+
   add(line) {
     const lines = this.ensure(line.rank);
+    this.noteNode(line);
     lines.push(line.line);
     const tab = this.tabs.querySelector(`[data-rank="${line.rank}"]`);
     tab.dataset.lines = String(lines.length);

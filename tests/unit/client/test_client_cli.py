@@ -222,10 +222,43 @@ def test_logs_follow_prints_until_the_job_ends(api: FakeApi) -> None:
 
 def test_logs_json_for_one_rank(api: FakeApi) -> None:
     item = {"seq": 1, "rank": 1, "ts": 0.0, "line": "x"}
+    api.on("GET", "/v1/jobs/j1", reply(200, job(state="succeeded")))
     api.on("GET", "/v1/jobs/j1/logs", reply(200, {"items": [item], "next_after": 1}))
     result = launchbay(api, "logs", "j1", "--rank", "1", "--json")
     assert [json.loads(line) for line in result.stdout.splitlines()] == [item]
-    assert api.requests[0].url.params["rank"] == "1"
+    assert api.sent("GET", "/v1/jobs/j1/logs")[0].url.params["rank"] == "1"
+
+
+def test_logs_of_a_multi_node_job_are_labelled_node_and_rank(api: FakeApi) -> None:
+    items = [
+        {"seq": 1, "rank": 0, "node": 1, "ts": 0.0, "line": "a"},
+        {"seq": 2, "rank": 1, "node": 0, "ts": 0.0, "line": "b"},
+    ]
+    multi = job(state="succeeded", spec={"nnodes": 2, "config": {}})
+    api.on("GET", "/v1/jobs/j1", reply(200, multi))
+    api.on("GET", "/v1/jobs/j1/logs", reply(200, {"items": items, "next_after": 2}))
+    result = launchbay(api, "logs", "j1")
+    assert result.stdout.splitlines() == ["[node 1/rank 0] a", "[node 0/rank 1] b"]
+    result = launchbay(api, "logs", "j1", "--node", "1")
+    assert api.sent("GET", "/v1/jobs/j1/logs")[-1].url.params["node"] == "1"
+
+
+def test_nodes_lists_each_node_of_each_attempt(api: FakeApi) -> None:
+    node = {
+        "attempt": 1,
+        "node": 0,
+        "worker": "gpu-a:12",
+        "host": "gpu-a",
+        "endpoint": "gpu-a:29400",
+        "state": "succeeded",
+        "exit_reason": "completed",
+    }
+    api.on("GET", "/v1/jobs/j1/nodes", reply(200, {"items": [node]}))
+    result = launchbay(api, "nodes", "j1")
+    assert result.exit_code == 0, result.output
+    for text in ("gpu-a:12", "gpu-a:29400", "succeeded", "completed"):
+        assert text in result.stdout
+    assert json.loads(launchbay(api, "nodes", "j1", "--json").stdout) == {"items": [node]}
 
 
 def test_metrics_csv(api: FakeApi) -> None:
