@@ -30,16 +30,20 @@ from jobs.runtime.distributed import get_rank
 
 Number = int | float
 
+# One encoder for every line: json.dumps() would build one per call with these options.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
 
 class EventWriter:
     """Appends JSON lines to one file, keeping it open between writes."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self.name = str(path)
         self._file: BinaryIO | None = None
 
     def write(self, event: Mapping[str, Any]) -> None:
-        line = json.dumps(event, separators=(",", ":"), allow_nan=False) + "\n"
+        line = _ENCODER.encode(event) + "\n"
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "ab", buffering=0)
@@ -61,7 +65,7 @@ def _current_writer() -> EventWriter | None:
     path = env.events_file()
     if path is None:
         return None
-    if _writer is None or str(_writer.path) != path:
+    if _writer is None or _writer.name != path:
         if _writer is not None:
             _writer.close()
         _writer = EventWriter(path)
@@ -106,6 +110,10 @@ def clean_metrics(metrics: Mapping[str, object]) -> dict[str, Number]:
     """
     clean: dict[str, Number] = {}
     for name, value in metrics.items():
+        # Inlined for finite floats, what report() gets nearly always (a call costs here).
+        if type(value) is float and math.isfinite(value):
+            clean[str(name)] = value
+            continue
         number = _as_number(value)
         if number is None:
             if name not in _warned:
@@ -127,11 +135,15 @@ def write_event(event: Mapping[str, Any]) -> bool:
     """
     if get_rank() != 0:
         return False
+    if "ts" not in event:
+        event = {**event, "ts": time.time()}
+    return _append(event)
+
+
+def _append(event: Mapping[str, Any]) -> bool:
     writer = _current_writer()
     if writer is None:
         return False
-    if "ts" not in event:
-        event = {**event, "ts": time.time()}
     writer.write(event)
     return True
 
@@ -153,4 +165,5 @@ def report(
     event: dict[str, Any] = {"type": "metric", "step": int(step), "epoch": epoch, "metrics": clean}
     if total_steps is not None:
         event["total_steps"] = int(total_steps)
-    write_event(event)
+    event["ts"] = time.time()
+    _append(event)  # the rank is checked above
