@@ -28,18 +28,23 @@ from tests.support.procs import free_port, wait_until
 class RedisServer:
     port: int
     dir: Path
+    # The addresses it listens on; the first is the one `url()`, start and stop use. Any other
+    # than 127.0.0.1 turns protected mode off (no password: any client that can reach it).
+    bind: tuple[str, ...] = ("127.0.0.1",)
 
-    def url(self, db: int = 0) -> str:
-        return f"redis://127.0.0.1:{self.port}/{db}"
+    def url(self, db: int = 0, host: str | None = None) -> str:
+        return f"redis://{host or self.bind[0]}:{self.port}/{db}"
 
     def start(self) -> None:
+        exposed = set(self.bind) != {"127.0.0.1"}
         subprocess.run(
             [
                 "redis-server",
                 "--port",
                 str(self.port),
                 "--bind",
-                "127.0.0.1",
+                *self.bind,
+                *(["--protected-mode", "no"] if exposed else []),
                 "--save",
                 "",
                 "--appendonly",
@@ -56,13 +61,15 @@ class RedisServer:
             check=True,
             capture_output=True,
         )
-        client = redis.Redis(port=self.port)
+        client = redis.Redis(host=self.bind[0], port=self.port)
         if not wait_until(lambda: _pings(client), timeout=10):
             raise RuntimeError(f"redis-server on port {self.port} did not start")
 
     def stop(self) -> None:
         # No retries: once the server is down, redis-py's default retries only add seconds.
-        client = redis.Redis(port=self.port, retry=Retry(NoBackoff(), 0), socket_timeout=2)
+        client = redis.Redis(
+            host=self.bind[0], port=self.port, retry=Retry(NoBackoff(), 0), socket_timeout=2
+        )
         try:
             client.shutdown(nosave=True)
         except redis.exceptions.ConnectionError:
@@ -78,9 +85,9 @@ def _pings(client: redis.Redis) -> bool:
 
 
 @contextmanager
-def private_redis() -> Iterator[RedisServer]:
+def private_redis(bind: tuple[str, ...] = ("127.0.0.1",)) -> Iterator[RedisServer]:
     folder = Path(tempfile.mkdtemp(prefix="launchbay-redis-"))
-    server = RedisServer(port=free_port(), dir=folder)
+    server = RedisServer(port=free_port(), dir=folder, bind=bind)
     server.start()
     try:
         yield server
