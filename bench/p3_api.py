@@ -3,8 +3,9 @@ route's p50/p99 latency, at 64 connections; `POST /v1/jobs` requests/s (enqueue 
 
 The load is wrk's (closed loop: every connection sends its next request as soon as the
 answer is in). Health and job runs alternate, same duration, connections and headers (a
-user's bearer token, which health ignores; the job is that user's). The server is `launchbay api`: ONE uvicorn
-process (one event loop; sync routes and dependencies run in its thread pool), on SQLite.
+user's bearer token, which health ignores; the job is that user's). The server is
+`launchbay api`: ONE uvicorn process (one event loop; sync routes and dependencies run in
+its thread pool), on SQLite.
 The posted jobs go to a queue that no worker reads.
 
 A run where requests time out (the server stopped answering) is reported as such; before
