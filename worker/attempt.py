@@ -28,6 +28,7 @@ from service.models import Job, utcnow
 from service.queue import cancel_key, enqueue_attempt, heartbeat_key
 from service.settings import Settings
 from service.store import (
+    NodeSeat,
     announce_node_failure,
     finish_node,
     join_node,
@@ -173,6 +174,18 @@ def _with_notes(outcome: Outcome, notes: str | None) -> Outcome:
     return Outcome(outcome.state, outcome.reason, outcome.exit_code, message)
 
 
+@dataclass(frozen=True)
+class TakenAttempt:
+    """An attempt this worker has taken (a node it has joined): what running it needs."""
+
+    job_id: str
+    attempt: int
+    node: int | None
+    worker_name: str
+    spec: dict[str, Any]
+    rendezvous: Rendezvous | None
+
+
 def run_attempt(
     engine: Engine,
     redis: Redis,
@@ -184,19 +197,86 @@ def run_attempt(
     node: int | None = None,
     cuda: CudaInfo | None = None,
 ) -> AttemptResult | None:
-    """Run attempt `attempt` of job `job_id` (its node `node`, for a multi-node job) to its end
-    and record how it ended.
+    """Take attempt `attempt` of job `job_id` (join it as node `node`, for a multi-node job),
+    run it to its end and record how it ended (`take_attempt`, then `run_taken`).
 
     Returns None, having done nothing, when the job is not `queued` at that attempt any more
     (cancelled while queued, or taken by another worker), or the node cannot join it.
     """
-    taken = _take(engine, settings, job_id, attempt, node, worker_name)
+    taken = take_attempt(engine, settings, job_id, attempt, node=node, worker_name=worker_name)
     if taken is None:
+        return None
+    return run_taken(engine, redis, settings, taken, cuda=cuda)
+
+
+def take_attempt(
+    engine: Engine,
+    settings: Settings,
+    job_id: str,
+    attempt: int,
+    *,
+    node: int | None,
+    worker_name: str,
+) -> TakenAttempt | None:
+    """Take the attempt (queued → starting), or join it as node `node`; None, having changed
+    nothing, when it is not to be run. The worker does this before it forks the work horse
+    that runs the attempt (`worker.main`), with its own warm database connection."""
+    now = utcnow()
+    seat: NodeSeat | None = None
+    with session_scope(engine) as session:
+        if node is None:
+            taken = transition_job(
+                session,
+                job_id,
+                JobState.STARTING,
+                attempt=attempt,
+                worker=worker_name,
+                started_at=now,
+                last_heartbeat=now,
+            )
+            job = session.get(Job, job_id) if taken else None
+            spec = dict(job.spec) if job is not None else None
+        else:
+            host = settings.worker_host
+            seat = join_node(
+                session,
+                job_id,
+                attempt,
+                node,
+                worker=worker_name,
+                host=host,
+                endpoint=f"{host}:{free_port('')}",
+            )
+            spec = seat.spec if seat is not None else None
+    if spec is None:
         log.info(
             "job %s attempt %d node %s: not to be run any more; skipped", job_id, attempt, node
         )
         return None
-    raw_spec, rendezvous = taken
+    if seat is None or node is None:
+        return TakenAttempt(job_id, attempt, None, worker_name, spec, None)
+    timeout_s = seat.spec.get("rendezvous_timeout_s") or settings.rendezvous_timeout_s
+    rendezvous = Rendezvous(
+        endpoint=seat.endpoint,
+        is_host=seat.is_host,
+        local_addr=settings.worker_host,
+        # torchrun's own wait, a backstop: the supervisor stops the node at timeout_s.
+        join_timeout_s=math.ceil(timeout_s) + 60,
+        node=node,
+    )
+    return TakenAttempt(job_id, attempt, node, worker_name, seat.spec, rendezvous)
+
+
+def run_taken(
+    engine: Engine,
+    redis: Redis,
+    settings: Settings,
+    taken: TakenAttempt,
+    *,
+    cuda: CudaInfo | None = None,
+) -> AttemptResult:
+    """Run a taken attempt to its end and record how it ended."""
+    job_id, attempt, node, worker_name = taken.job_id, taken.attempt, taken.node, taken.worker_name
     paths = RunPaths.for_attempt(settings.data_dir.resolve(), job_id, attempt, node)
     result = AttemptResult(job_id, attempt, paths, node)
     heartbeat = AttemptHeartbeat(
@@ -209,7 +289,7 @@ def run_attempt(
         node=node,
     ).start()
     try:
-        _run(engine, redis, settings, result, raw_spec, heartbeat, worker_name, cuda, rendezvous)
+        _run(engine, redis, settings, result, taken, heartbeat, cuda)
         if node is not None:
             result.recorded, result.retried = record_node_outcome(
                 engine, job_id, attempt, node, result.outcome, redis=redis, settings=settings
@@ -234,52 +314,27 @@ def run_attempt(
     return result
 
 
-def _take(
+def abandon(engine: Engine, redis: Redis, settings: Settings, taken: TakenAttempt) -> None:
+    """Give up an attempt taken but never started, because the worker is shutting down: it
+    ends as `worker_lost` (retried while `max_retries` allow), like one stopped mid-run."""
+    message = f"worker {taken.worker_name} shut down before the job started"
+    _record_lost(engine, redis, settings, taken.job_id, taken.attempt, taken.node, message)
+
+
+def _record_lost(
     engine: Engine,
+    redis: Redis,
     settings: Settings,
     job_id: str,
     attempt: int,
     node: int | None,
-    worker_name: str,
-) -> tuple[dict[str, Any], Rendezvous | None] | None:
-    """Take the attempt (queued → starting), or join it as node `node`: its spec, and where a
-    multi-node job's nodes meet; None when it is not to be run."""
-    now = utcnow()
-    with session_scope(engine) as session:
-        if node is None:
-            taken = transition_job(
-                session,
-                job_id,
-                JobState.STARTING,
-                attempt=attempt,
-                worker=worker_name,
-                started_at=now,
-                last_heartbeat=now,
-            )
-            job = session.get(Job, job_id) if taken else None
-            return (dict(job.spec), None) if job is not None else None
-        host = settings.worker_host
-        seat = join_node(
-            session,
-            job_id,
-            attempt,
-            node,
-            worker=worker_name,
-            host=host,
-            endpoint=f"{host}:{free_port('')}",
-        )
-    if seat is None:
-        return None
-    timeout_s = seat.spec.get("rendezvous_timeout_s") or settings.rendezvous_timeout_s
-    rendezvous = Rendezvous(
-        endpoint=seat.endpoint,
-        is_host=seat.is_host,
-        local_addr=host,
-        # torchrun's own wait, a backstop: the supervisor stops the node at timeout_s.
-        join_timeout_s=math.ceil(timeout_s) + 60,
-        node=node,
-    )
-    return seat.spec, rendezvous
+    message: str,
+) -> None:
+    lost = Outcome(JobState.FAILED, ExitReason.WORKER_LOST, None, message)
+    if node is None:
+        record_outcome(engine, job_id, attempt, lost, redis=redis, settings=settings)
+    else:
+        record_node_outcome(engine, job_id, attempt, node, lost, redis=redis, settings=settings)
 
 
 def _run(
@@ -287,16 +342,14 @@ def _run(
     redis: Redis,
     settings: Settings,
     result: AttemptResult,
-    raw_spec: dict[str, object],
+    taken: TakenAttempt,
     heartbeat: AttemptHeartbeat,
-    worker_name: str,
     cuda: CudaInfo | None,
-    rendezvous: Rendezvous | None,
 ) -> None:
     """Prepare, launch and monitor the attempt; its outcome (or None) goes into `result`."""
     job_id, attempt, paths, node = result.job_id, result.attempt, result.paths, result.node
     try:
-        spec = parse_spec(raw_spec)
+        spec = parse_spec(taken.spec)
         plan = prepare_attempt(
             engine,
             spec=spec,
@@ -306,7 +359,7 @@ def _run(
             code_store=settings.code_dir,
             cuda=cuda or detect_cuda(),
             collective_timeout_s=settings.collective_timeout_s,
-            rendezvous=rendezvous,
+            rendezvous=taken.rendezvous,
         )
         leave_note(paths.data_dir, job_id, attempt, paths.pids_file, node)
         monitor = AttemptMonitor(
@@ -318,7 +371,7 @@ def _run(
             spec=spec,
             plan=plan,
             paths=paths,
-            worker_name=worker_name,
+            worker_name=taken.worker_name,
             heartbeat=heartbeat,
             node=node,
             announce=None if node is None else _announcer(engine, result),
@@ -332,11 +385,7 @@ def _run(
         result.outcome = Outcome(JobState.FAILED, ExitReason.LAUNCH_ERROR, None, str(exc))
     except BaseException as exc:
         message = f"the worker failed while supervising the job: {type(exc).__name__}: {exc}"
-        lost = Outcome(JobState.FAILED, ExitReason.WORKER_LOST, None, message)
-        if node is None:
-            record_outcome(engine, job_id, attempt, lost, redis=redis, settings=settings)
-        else:
-            record_node_outcome(engine, job_id, attempt, node, lost, redis=redis, settings=settings)
+        _record_lost(engine, redis, settings, job_id, attempt, node, message)
         raise
 
 

@@ -12,11 +12,17 @@ environment. GPUs are exclusive on a host: a worker refuses to start on a GPU th
 worker of the same host already owns (`find_gpu_conflicts`). CPU slots are not.
 """
 
+import json
+import logging
 import os
+import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 CPU_SLOT_PREFIX = "cpu:"
 # What workers before CPU slots were numbered reported for a CPU worker.
@@ -33,13 +39,31 @@ class CudaInfo:
     device_count: int
 
 
+_CUDA_PROBE = (
+    "import json, torch; available = torch.cuda.is_available(); "
+    "print(json.dumps([available, torch.cuda.device_count() if available else 0]))"
+)
+
+
 @lru_cache
 def detect_cuda() -> CudaInfo:
-    """The CUDA devices this process sees (asked once per process)."""
-    import torch
-
-    available = bool(torch.cuda.is_available())
-    return CudaInfo(available, torch.cuda.device_count() if available else 0)
+    """The CUDA devices this process's environment sees (`CUDA_VISIBLE_DEVICES` included),
+    asked once per process of a short-lived interpreter: the worker itself never imports
+    torch or touches CUDA, so the work horses it forks are small, quick to fork and free of
+    CUDA state. No answer (torch missing or broken): no CUDA device."""
+    try:
+        answer = subprocess.run(
+            [sys.executable, "-c", _CUDA_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        available, count = json.loads(answer.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        log.warning("cannot ask torch about CUDA devices (%s); taking none", exc)
+        return CudaInfo(False, 0)
+    return CudaInfo(bool(available), int(count))
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,12 @@ from rq.job import Job as RQJob
 from rq.worker import SHUTDOWN_SIGNAL
 
 from service.models import utcnow
-from service.queue import delete_worker_record, read_worker_records, save_worker_record
+from service.queue import (
+    RUN_JOB_TASK,
+    delete_worker_record,
+    read_worker_records,
+    save_worker_record,
+)
 from service.settings import Settings, get_settings
 from worker import tasks
 from worker.devices import (
@@ -111,15 +116,20 @@ class LaunchbayWorker(Worker):
             request_shutdown()
 
     def execute_job(self, job: RQJob, queue: Queue) -> None:
-        args = job.args
-        self.current = current_job(args)
+        self.current = current_job(job.args) if job.func_name == RUN_JOB_TASK else None
         self.save_record()
+        if self.current is not None:
+            # Taken here, warm, for the horse forked next (`worker.tasks.claim`).
+            tasks.claim(
+                self.current["id"], self.current["attempt"], self.current.get("node"), self.name
+            )
         try:
             super().execute_job(job, queue)
         except RedisError as exc:
             # RQ's bookkeeping of the job; the job's own outcome is in the database.
             log.warning("worker %s: Redis failed around job %s: %s", self.name, job.id, exc)
         finally:
+            tasks.forget_claims()
             self.current = None
             self.save_record()
 
@@ -206,7 +216,9 @@ class LaunchbayWorker(Worker):
 
 def preload() -> None:
     """Import, in the worker, what every work horse needs, so a forked horse starts its job
-    at once instead of importing torch and SQLAlchemy's dialects each time."""
+    at once instead of importing SQLAlchemy's dialects each time. Not torch: the horse never
+    needs it (the CUDA devices are asked about in a child process, `detect_cuda`), and a small
+    worker forks its horses quickly."""
     import sqlalchemy.dialects.postgresql  # noqa: F401
     import sqlalchemy.dialects.sqlite  # noqa: F401
 

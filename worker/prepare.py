@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -59,8 +60,17 @@ def check_resources(spec: JobSpec, cuda: CudaInfo) -> None:
         raise LaunchProblem(
             f"nproc_per_node={spec.nproc_per_node}, but this worker has {devices.describe()}"
         )
-    if spec.launcher == "torchrun" and importlib.util.find_spec("torch.distributed.run") is None:
-        raise LaunchProblem("torchrun (torch.distributed.run) cannot be imported on this worker")
+    if spec.launcher == "torchrun" and not torchrun_installed():
+        raise LaunchProblem("torchrun (torch.distributed.run) is not installed on this worker")
+
+
+@lru_cache
+def torchrun_installed() -> bool:
+    """Whether torch's `torch.distributed.run` is installed, found without importing torch
+    (`find_spec` of a submodule imports its packages: seconds, in every work horse)."""
+    torch = importlib.util.find_spec("torch")
+    places = (torch.submodule_search_locations or []) if torch is not None else []
+    return any((Path(place) / "distributed" / "run.py").is_file() for place in places)
 
 
 def recipe_module(name: str) -> str:
@@ -100,6 +110,8 @@ def find_resume_checkpoint(
     engine: Engine, job_id: str, attempt: int, data_dir: Path
 ) -> Path | None:
     """The latest checkpoint registered by an earlier attempt whose file is still there."""
+    if attempt == 1:
+        return None  # no earlier attempt (and no query in the work horse's critical path)
     with session_scope(engine) as session:
         earlier = [c for c in list_checkpoints(session, job_id) if c.attempt < attempt]
     for checkpoint in reversed(earlier):

@@ -1,18 +1,23 @@
-"""RQ entry points, kept thin: `service.queue.RUN_JOB_TASK` names `run_job` here."""
+"""RQ entry points, kept thin: `service.queue.RUN_JOB_TASK` names `run_job` here.
+
+The worker takes each attempt itself, just before RQ forks the work horse that runs it
+(`claim`, called by `worker.main.LaunchbayWorker`): its database connection is warm, a freshly
+forked horse's first transaction is not. The horse inherits what was taken and runs it.
+"""
 
 import logging
 import os
 import socket
-from functools import lru_cache
 
 from redis import Redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from service.db import make_engine
 from service.settings import Settings, get_settings
-from worker.attempt import run_attempt
+from worker.attempt import TakenAttempt, abandon, run_taken, take_attempt
 from worker.orphans import stop_orphans
 from worker.supervise import shutdown_requested
 
@@ -30,10 +35,44 @@ def current_settings() -> Settings:
     return _configured or get_settings()
 
 
-@lru_cache
-def _engine(url: str, pid: int) -> Engine:
-    # Keyed by PID too: an engine (and its pooled connections) never crosses a fork.
-    return make_engine(url)
+_engines: dict[str, tuple[Engine, int]] = {}
+# What the worker took before forking the horse, by task (job id, attempt, node); None: the
+# task is not to be run.
+_claimed: dict[tuple[str, int, int | None], TakenAttempt | None] = {}
+
+
+def engine_for(url: str) -> Engine:
+    """This process's engine for `url`. A work horse reuses the worker's engine, warm
+    statement cache and all, with a pool of its own (`dispose(close=False)`): no pooled
+    connection crosses a fork."""
+    found = _engines.get(url)
+    if found is None:
+        engine = make_engine(url)
+    else:
+        engine, pid = found
+        if pid == os.getpid():
+            return engine
+        engine.dispose(close=False)
+    _engines[url] = (engine, os.getpid())
+    return engine
+
+
+def claim(job_id: str, attempt: int, node: int | None, worker: str) -> None:
+    """Take the task's attempt (join it as `node`) now, in the worker, for the horse about to
+    be forked; a failure leaves it to the horse."""
+    settings = current_settings()
+    engine = engine_for(settings.resolved_database_url)
+    try:
+        taken = take_attempt(engine, settings, job_id, attempt, node=node, worker_name=worker)
+    except SQLAlchemyError as exc:
+        log.warning("job %s attempt %d: not taken before the fork: %s", job_id, attempt, exc)
+        return
+    _claimed[(job_id, attempt, node)] = taken
+
+
+def forget_claims() -> None:
+    """Drop what was taken for the horse (the worker's side, once the horse is forked)."""
+    _claimed.clear()
 
 
 def worker_name() -> str:
@@ -44,14 +83,23 @@ def worker_name() -> str:
 def run_job(job_id: str, attempt: int, node: int | None = None) -> None:
     """Run one attempt of a Launchbay job (its node `node`, for a multi-node job) to its end
     (see `worker.attempt.run_attempt`)."""
-    if shutdown_requested():
+    key = (job_id, attempt, node)
+    if shutdown_requested() and key not in _claimed:
         # The worker died as this horse started: leave the job queued for another worker
         # (the reaper enqueues it again, its queue entry having ended).
         log.warning("job %s attempt %d: the worker is gone; not started", job_id, attempt)
         return
     settings = current_settings()
     stop_orphans(settings.data_dir.resolve())
-    engine = _engine(settings.resolved_database_url, os.getpid())
+    engine = engine_for(settings.resolved_database_url)
+    if key in _claimed:
+        taken = _claimed.pop(key)
+    else:
+        taken = take_attempt(
+            engine, settings, job_id, attempt, node=node, worker_name=worker_name()
+        )
+    if taken is None:
+        return
     # Few retries: the supervisor loop must not stall on a Redis that is away (it copes).
     redis = Redis.from_url(
         settings.redis_url,
@@ -60,6 +108,10 @@ def run_job(job_id: str, attempt: int, node: int | None = None) -> None:
         retry=Retry(ExponentialBackoff(cap=0.5, base=0.1), 1),
     )
     try:
-        run_attempt(engine, redis, settings, job_id, attempt, worker_name=worker_name(), node=node)
+        if shutdown_requested():
+            # The worker died as this horse started: the attempt it took is lost.
+            abandon(engine, redis, settings, taken)
+        else:
+            run_taken(engine, redis, settings, taken)
     finally:
         redis.close()
