@@ -54,7 +54,6 @@ async def get_redis(request: Request) -> Redis:
 MAX_SEQ = 2**63 - 1
 
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
-EngineDep = Annotated[Engine, Depends(get_engine)]
 SessionDep = Annotated[Session, Depends(get_session)]
 RedisDep = Annotated[Redis, Depends(get_redis)]
 
@@ -66,21 +65,23 @@ bearer = HTTPBearer(
 
 
 async def get_principal(
+    request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-    engine: EngineDep,
-    settings: SettingsDep,
 ) -> Principal:
     """The caller, from its bearer token; 401 without a valid one. There is no open mode.
 
     A token verified in the last seconds is known without the database (`service.auth`).
+    Settings and engine come from the app, not as dependencies: each dependency FastAPI
+    solves costs every request, and this one runs on all but the health routes.
     """
     if credentials is None:
         raise Unauthorized("missing bearer token", headers=CHALLENGE)
-    token = credentials.credentials
-    principal = known_principal(settings.admin_token, token)
+    admin_token = request.app.state.settings.admin_token
+    principal = known_principal(admin_token, credentials.credentials)
     if principal is not None:
         return principal
-    return await run_in_threadpool(_authenticate, engine, settings.admin_token, token)
+    engine = request.app.state.engine
+    return await run_in_threadpool(_authenticate, engine, admin_token, credentials.credentials)
 
 
 def _authenticate(engine: Engine, admin_token: str | None, token: str) -> Principal:
@@ -123,11 +124,12 @@ OwnedJob = Annotated[Job, Depends(get_owned_job)]
 _JOB_BY_ID = select(Job).where(col(Job.id) == bindparam("job_id"))
 
 
-def read_owned_job(job_id: str, engine: EngineDep, principal: CurrentPrincipal) -> Job:
+def read_owned_job(job_id: str, request: Request, principal: CurrentPrincipal) -> Job:
     """The job as it is now, in no session: for routes that only show it. One thread-pool
     hop, and a Core read: the ORM's `Session.get` costs three times the query itself."""
     job = None
     if _possible_job_id(job_id):
+        engine: Engine = request.app.state.engine
         with engine.connect() as connection:
             row = connection.execute(_JOB_BY_ID, {"job_id": job_id}).first()
         job = None if row is None else Job.model_construct(**row._mapping)
