@@ -15,6 +15,7 @@ from service.models import Job
 from service.queue import enqueue_attempt
 from tests.integration.worker.conftest import WorkerEnv
 from tests.support.procs import job_processes, start, stop, wait_until
+from worker import supervise, tasks
 from worker.main import run_worker
 
 
@@ -96,3 +97,23 @@ def test_a_horse_whose_worker_is_sigkilled_stops_its_job(wenv: WorkerEnv, tmp_pa
     assert (job.state, job.attempt) == ("queued", 2), log
     assert job.message is not None and "ended with worker_lost" in job.message
     assert wait_until(lambda: not job_processes(job_id), timeout=10)
+
+
+def test_an_attempt_taken_for_a_horse_of_a_worker_shutting_down_is_lost(wenv: WorkerEnv) -> None:
+    """The worker takes the attempt before it forks; a horse that then finds its worker
+    shutting down records the attempt as lost instead of leaving it `starting`."""
+    job_id = wenv.submit("sleeper.py", max_retries=0)
+    tasks.configure(wenv.settings)
+    try:
+        tasks.claim(job_id, 1, None, "test-worker:1")
+        assert (wenv.job(job_id).state, wenv.job(job_id).worker) == ("starting", "test-worker:1")
+        supervise.request_shutdown()
+        tasks.run_job(job_id, 1)
+    finally:
+        supervise._shutdown.clear()
+        tasks.forget_claims()
+        tasks.configure(None)
+    job = wenv.job(job_id)
+    assert (job.state, job.exit_reason) == ("failed", "worker_lost")
+    assert job.message == "worker test-worker:1 shut down before the job started"
+    assert not job_processes(job_id)
