@@ -106,12 +106,7 @@ def record_outcome(
                 transition_job(session, job_id, JobState.CANCELLING, attempt=attempt)
             return transition_job(session, job_id, outcome.state, attempt=attempt, **fields), None
 
-    written = retry_db(write, f"recording the outcome of job {job_id}")
-    if written is None:
-        return False, False
-    recorded, retried = written
-    _enqueue_retry(redis, settings, retried, outcome)
-    return recorded, retried is not None
+    return _write_outcome(write, f"recording the outcome of job {job_id}", redis, settings)
 
 
 def record_node_outcome(
@@ -145,26 +140,31 @@ def record_node_outcome(
                 )
             return end.recorded, end.retried
 
-    written = retry_db(write, f"recording how node {node} of job {job_id} ended")
+    return _write_outcome(
+        write, f"recording how node {node} of job {job_id} ended", redis, settings
+    )
+
+
+def _write_outcome(
+    write: Callable[[], tuple[bool, Job | None]],
+    what: str,
+    redis: Redis | None,
+    settings: Settings | None,
+) -> tuple[bool, bool]:
+    """Run `write` (retried while the database is away): (recorded, retried); a job it queued
+    again as its next attempt is enqueued."""
+    written = retry_db(write, what)
     if written is None:
         return False, False
     recorded, retried = written
-    _enqueue_retry(redis, settings, retried, outcome)
+    if retried is not None and redis is not None and settings is not None:
+        log.info("job %s: attempt %d failed; retrying", retried.id, retried.attempt - 1)
+        try:
+            enqueue_attempt(redis, retried, grace_s=settings.cancel_grace_s)
+        except RedisError as exc:
+            # Queued without a queue entry: the reaper enqueues it.
+            log.warning("job %s: retry not enqueued (the reaper will): %s", retried.id, exc)
     return recorded, retried is not None
-
-
-def _enqueue_retry(
-    redis: Redis | None, settings: Settings | None, retried: Job | None, outcome: Outcome | None
-) -> None:
-    if retried is None or redis is None or settings is None:
-        return
-    reason = outcome.reason if outcome is not None else "?"
-    log.info("job %s: attempt %d %s; retrying", retried.id, retried.attempt - 1, reason)
-    try:
-        enqueue_attempt(redis, retried, grace_s=settings.cancel_grace_s)
-    except RedisError as exc:
-        # Queued without a queue entry: the reaper enqueues it.
-        log.warning("job %s: retry not enqueued (the reaper will): %s", retried.id, exc)
 
 
 def _with_notes(outcome: Outcome, notes: str | None) -> Outcome:

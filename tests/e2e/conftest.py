@@ -1,11 +1,13 @@
 """A running stack per test: `launchbay api` and one `launchbay worker`, real torchrun."""
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import make_stack
+from tests.support.services import private_redis
 from tests.support.stack import Stack
 
 
@@ -29,3 +31,23 @@ def stack(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[Stack]:
 def sqlite_stack(tmp_path: Path, sqlite_url: str, redis_url: str) -> Iterator[Stack]:
     """The same on SQLite only, for tests whose point is not the database."""
     yield from _running(tmp_path / "stack", sqlite_url, redis_url)
+
+
+@contextmanager
+def stack_of_its_own(
+    root: Path, workers: Sequence[Sequence[str]] = ((),), **env: str
+) -> Iterator[Stack]:
+    """A stack with a Redis of its own and SQLite under `root`, with settings `env` and one
+    worker per entry of `workers` (the queues it serves; none: `default`), for tests that
+    restart, kill or freeze its parts."""
+    with private_redis() as redis:
+        running = make_stack(
+            root / "stack", f"sqlite:///{root / 'launchbay.db'}", redis.url(), **env
+        )
+        try:
+            running.start_api()
+            for queues in workers:
+                running.start_worker(*queues)
+            yield running
+        finally:
+            running.stop()

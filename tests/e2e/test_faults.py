@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from tests.conftest import make_stack
+from tests.e2e.conftest import stack_of_its_own
 from tests.support.procs import job_processes, wait_until
 from tests.support.services import RedisServer, private_redis
 from tests.support.stack import Stack
@@ -40,17 +41,8 @@ def synthetic(name: str, **fields: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    root = tmp_path_factory.mktemp("faults")
-    with private_redis() as redis:
-        running = make_stack(
-            root / "stack", f"sqlite:///{root / 'launchbay.db'}", redis.url(), **FAST_FAULTS
-        )
-        try:
-            running.start_api()
-            running.start_worker()
-            yield running
-        finally:
-            running.stop()
+    with stack_of_its_own(tmp_path_factory.mktemp("faults"), **FAST_FAULTS) as running:
+        yield running
 
 
 @pytest.fixture

@@ -15,9 +15,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import make_stack
+from tests.e2e.conftest import stack_of_its_own
 from tests.support.procs import job_processes, wait_until
-from tests.support.services import private_redis
 from tests.support.stack import Stack
 
 LOST_AFTER_S = 5
@@ -44,18 +43,9 @@ def two_nodes(name: str, queue: str = "multi", **fields: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    root = tmp_path_factory.mktemp("multinode")
-    with private_redis() as redis:
-        running = make_stack(
-            root / "stack", f"sqlite:///{root / 'launchbay.db'}", redis.url(), **SETTINGS
-        )
-        try:
-            running.start_api()
-            running.start_worker("multi", "solo")
-            running.start_worker("multi")
-            yield running
-        finally:
-            running.stop()
+    workers = [("multi", "solo"), ("multi",)]
+    with stack_of_its_own(tmp_path_factory.mktemp("multinode"), workers, **SETTINGS) as running:
+        yield running
 
 
 @pytest.fixture
@@ -167,6 +157,18 @@ def test_a_node_alone_fails_at_the_rendezvous_timeout_and_frees_its_worker(
     print(f"\nmulti-node: a lone node failed rendezvous_timeout after {failed_s:.1f} s")
 
 
+def test_a_timeout_stops_every_node(stack: Stack, http: httpx.Client) -> None:
+    spec = two_nodes("too-long", timeout_s=12, config={"epochs": 100, "sleep_per_step_s": 0.2})
+    job_id = submit(http, spec)
+    job = stack.wait_for_state(http, job_id, {"failed"}, timeout=60)
+    assert job["exit_reason"] == "timeout", job
+    assert "stopped after timeout_s=12 s" in job["message"]
+    assert wait_until(lambda: not job_processes(job_id), timeout=10)
+    # The node that did not time out first records its end once it has stopped too.
+    ended = {"failed", "stopped"}
+    assert wait_until(lambda: {n["state"] for n in nodes_of(http, job_id, 1)} <= ended, 10)
+
+
 def test_a_killed_node_worker_stops_every_node_and_the_job_is_retried(
     stack: Stack, http: httpx.Client
 ) -> None:
@@ -180,11 +182,12 @@ def test_a_killed_node_worker_stops_every_node_and_the_job_is_retried(
     victim = worker_running(stack, http, job_id, 1)
     victim.send_signal(signal.SIGKILL)  # its horse gets SIGTERM from the kernel
     killed_at = time.monotonic()
-    job = stack.wait_for_state(http, job_id, {"queued", "starting", "running"}, timeout=30)
+    assert wait_until(lambda: http.get(f"/v1/jobs/{job_id}").json()["attempt"] == 2, 30)
     assert wait_until(lambda: not attempt_processes(job_id, 1), timeout=LOST_AFTER_S + 10)
     stopped_s = time.monotonic() - killed_at
-    events = http.get(f"/v1/jobs/{job_id}/nodes").json()["items"]
-    [lost] = [n for n in events if n["attempt"] == 1 and n["node"] == 1]
+    job = http.get(f"/v1/jobs/{job_id}").json()
+    assert "ended with worker_lost: node 1" in job["message"], job
+    [lost] = [n for n in nodes_of(http, job_id, 1) if n["node"] == 1]
     assert lost["exit_reason"] == "worker_lost", lost
 
     stack.workers = [w for w in stack.workers if w.poll() is None]
