@@ -35,15 +35,17 @@ def sqlite_stack(tmp_path: Path, sqlite_url: str, redis_url: str) -> Iterator[St
 
 @contextmanager
 def stack_of_its_own(
-    root: Path, workers: Sequence[Sequence[str]] = ((),), **env: str
+    root: Path,
+    workers: Sequence[Sequence[str]] = ((),),
+    database_url: str | None = None,
+    **env: str,
 ) -> Iterator[Stack]:
-    """A stack with a Redis of its own and SQLite under `root`, with settings `env` and one
-    worker per entry of `workers` (the queues it serves; none: `default`), for tests that
-    restart, kill or freeze its parts."""
+    """A stack with a Redis of its own (and SQLite under `root`, unless `database_url`), with
+    settings `env` and one worker per entry of `workers` (the queues it serves; none:
+    `default`), for tests that restart, kill or freeze its parts."""
     with private_redis() as redis:
-        running = make_stack(
-            root / "stack", f"sqlite:///{root / 'launchbay.db'}", redis.url(), **env
-        )
+        url = database_url or f"sqlite:///{root / 'launchbay.db'}"
+        running = make_stack(root / "stack", url, redis.url(), **env)
         try:
             running.start_api()
             for queues in workers:

@@ -9,6 +9,7 @@ LOST_AFTER_S, so the faults are seen in seconds.
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -129,6 +130,20 @@ def test_two_workers_run_one_job_of_world_size_two(stack: Stack, http: httpx.Cli
     assert node_1 and {line["node"] for line in node_1} == {1}
     assert wait_until(lambda: not job_processes(job_id), timeout=10)
     print(f"\nmulti-node: 2 nodes x 1 rank succeeded in {took_s:.1f} s, {len(points)} points")
+
+
+def test_two_nodes_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
+    """The nodes' joins and ends, from two worker processes, on PostgreSQL's row locks."""
+    workers = [("multi",), ("multi",)]
+    with stack_of_its_own(tmp_path, workers, postgres_url, **SETTINGS) as pg, pg.client() as http:
+        job_id = submit(http, two_nodes("two-nodes-pg", config={"epochs": 1}))
+        job = pg.wait_for_state(http, job_id, {"succeeded"}, timeout=120)
+        assert (job["attempt"], job["exit_reason"]) == (1, "completed")
+        nodes = nodes_of(http, job_id, 1)
+        assert sorted(n["node"] for n in nodes) == [0, 1]
+        assert {n["state"] for n in nodes} == {"succeeded"}
+        assert len({n["worker"] for n in nodes}) == 2
+        assert wait_until(lambda: not job_processes(job_id), timeout=10)
 
 
 def test_a_node_alone_fails_at_the_rendezvous_timeout_and_frees_its_worker(
