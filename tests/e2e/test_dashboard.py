@@ -337,3 +337,46 @@ def test_a_wrong_token_and_api_errors_show_readable_messages(
         )
     ]
     assert unexpected == []
+
+
+def test_a_multi_node_job_shows_its_nodes_and_labels_ranks_by_node(
+    sqlite_stack: Stack, browser: "WebDriver"
+) -> None:
+    sqlite_stack.start_worker(LAUNCHBAY_WORKER_HOST="127.0.0.1")  # the second node
+    spec = {
+        "name": "two-nodes",
+        "recipe": "synthetic",
+        "nnodes": 2,
+        "nproc_per_node": 1,
+        "config": {"epochs": 1},
+    }
+    with sqlite_stack.client() as http:
+        job_id = http.post("/v1/jobs", json=spec).json()["id"]
+        sqlite_stack.wait_for_state(http, job_id, {"succeeded"}, timeout=120)
+        nodes = http.get(f"/v1/jobs/{job_id}/nodes").json()["items"]
+    driver = browser
+    sign_in(driver, sqlite_stack, sqlite_stack.admin_token)
+    wait("the jobs page", lambda: js(driver, "return !!document.querySelector('#jobs-body')"))
+    driver.get(f"{sqlite_stack.url}/#/jobs/{job_id}")
+    rows = wait(
+        "the nodes table",
+        lambda: js(
+            driver,
+            "return [...document.querySelectorAll('#nodes tbody tr')]"
+            ".map(tr => [...tr.cells].map(td => td.innerText))",
+        ),
+    )
+    assert sorted((int(r[1]), r[2], r[5]) for r in rows) == sorted(
+        (n["node"], n["worker"], "succeeded") for n in nodes
+    )
+
+    def node_labels() -> list[str] | None:
+        tabs: list[str] = js(
+            driver, "return [...document.querySelectorAll('#logs .tab')].map(t => t.innerText)"
+        )
+        return tabs if len(tabs) == 2 and all(t.startswith("node ") for t in tabs) else None
+
+    labels = wait("rank tabs labelled by node", node_labels)
+    assert sorted(label.split("/")[1] for label in labels) == ["rank 0", "rank 1"]
+    assert not severe_console_entries(driver)
+    save_screenshot(driver, "dashboard-multi-node.png")

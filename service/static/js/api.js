@@ -103,6 +103,7 @@ export const api = {
   submitJob: (spec, idempotencyKey) =>
     request("POST", "/v1/jobs", { body: spec, headers: { "Idempotency-Key": idempotencyKey } }),
   listCheckpoints: (id, signal) => request("GET", `${job(id)}/checkpoints`, { signal }),
+  listNodes: (id, signal) => request("GET", `${job(id)}/nodes`, { signal }),
   downloadCheckpoint: (id, ref) =>
     request("GET", `${job(id)}/checkpoints/${encodeURIComponent(ref)}/download`, { raw: true }),
   listRecipes: (signal) => request("GET", "/v1/recipes", { signal }),

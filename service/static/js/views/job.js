@@ -1,5 +1,6 @@
-// One job: state timeline, live metric charts, per-rank logs, checkpoints and its spec,
-// all fed by GET /v1/jobs/{id}/events (resumed with Last-Event-ID when it drops).
+// One job: state timeline, live metric charts, per-rank logs, checkpoints, the nodes of a
+// multi-node job and its spec, all fed by GET /v1/jobs/{id}/events (resumed with
+// Last-Event-ID when it drops).
 
 import { api } from "../api.js";
 import { MetricCharts } from "../charts.js";
@@ -25,6 +26,8 @@ export async function renderJob(ctx) {
   const noMetrics = h("p", { class: "muted", id: "no-metrics" }, "No metrics reported yet.");
   const logBox = h("div", { id: "logs" });
   const checkpointBox = h("div", { id: "checkpoints" });
+  const multiNode = (job.spec.nnodes || 1) > 1;
+  const nodeBox = h("div", { id: "nodes" });
   const spec = h("pre", { class: "spec", id: "spec" }, dump(job.spec));
   const resubmit = h(
     "button",
@@ -58,6 +61,7 @@ export async function renderJob(ctx) {
       section("Metrics", noMetrics, charts),
       section("Logs", logBox),
       section("Checkpoints", checkpointBox),
+      multiNode ? section("Nodes", nodeBox) : null,
       section("Spec", h("div", { class: "spec-bar" }, resubmit), spec),
     ),
   );
@@ -74,13 +78,18 @@ export async function renderJob(ctx) {
     cancel.hidden = TERMINAL.has(job.state) || job.state === "cancelling";
     summary.replaceChildren(...summaryItems(job));
   };
+  const refreshNodes = async () => {
+    if (multiNode) nodeBox.replaceChildren(nodeTable((await api.listNodes(id, ctx.signal)).items));
+  };
   const refreshJob = async () => {
     job = await api.getJob(id, ctx.signal);
     show();
+    refreshNodes().catch(() => {});
     return job;
   };
   show();
   checkpoints.refresh(ctx.signal).catch(() => {});
+  refreshNodes().catch(() => {});
 
   let pending = null;
   const refreshSoon = () => {
@@ -122,6 +131,34 @@ export async function renderJob(ctx) {
 function section(title, ...children) {
   const slug = title.toLowerCase();
   return h("section", { class: `panel panel-${slug}`, "aria-labelledby": `h-${slug}` }, h("h2", { id: `h-${slug}` }, title), children);
+}
+
+// Each attempt's nodes: the worker and host of each, who hosts the rendezvous, how it ended.
+function nodeTable(nodes) {
+  if (!nodes.length) return h("p", { class: "muted" }, "No node has joined yet.");
+  const columns = ["Attempt", "Node", "Worker", "Host", "Rendezvous", "State", "Exit reason"];
+  return h(
+    "table",
+    { class: "nodes" },
+    h("thead", {}, h("tr", {}, columns.map((c) => h("th", {}, c)))),
+    h(
+      "tbody",
+      {},
+      nodes.map((n) =>
+        h(
+          "tr",
+          { dataset: { attempt: String(n.attempt), node: String(n.node) } },
+          h("td", {}, String(n.attempt)),
+          h("td", {}, String(n.node)),
+          h("td", { class: "mono" }, n.worker),
+          h("td", {}, n.host),
+          h("td", { class: "mono" }, n.endpoint || ""),
+          h("td", {}, stateBadge(n.state)),
+          h("td", { title: n.message || "" }, n.exit_reason || ""),
+        ),
+      ),
+    ),
+  );
 }
 
 function summaryItems(job) {
