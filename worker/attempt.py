@@ -13,7 +13,6 @@ whole: at the first failure, or once every node has succeeded (docs/multi-node.m
 """
 
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -255,13 +254,11 @@ def take_attempt(
         return None
     if seat is None or node is None:
         return TakenAttempt(job_id, attempt, None, worker_name, spec, None)
-    timeout_s = seat.spec.get("rendezvous_timeout_s") or settings.rendezvous_timeout_s
     rendezvous = Rendezvous(
         endpoint=seat.endpoint,
         is_host=seat.is_host,
         local_addr=settings.worker_host,
-        # torchrun's own wait, a backstop: the supervisor stops the node at timeout_s.
-        join_timeout_s=math.ceil(timeout_s) + 60,
+        timeout_s=seat.spec.get("rendezvous_timeout_s") or settings.rendezvous_timeout_s,
         node=node,
     )
     return TakenAttempt(job_id, attempt, node, worker_name, seat.spec, rendezvous)
@@ -373,7 +370,7 @@ def _run(
             paths=paths,
             worker_name=taken.worker_name,
             heartbeat=heartbeat,
-            node=node,
+            rendezvous=taken.rendezvous,
             announce=None if node is None else _announcer(engine, result),
         )
         result.outcome, result.survivors = monitor.run()

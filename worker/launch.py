@@ -101,14 +101,20 @@ class RunPaths:
 class Rendezvous:
     """Where the nodes of a multi-node attempt meet (torchrun's c10d rendezvous): `endpoint`
     (`host:port`) is hosted by the node that joined first (`is_host`); `local_addr` is the
-    address the other nodes reach this one at; `join_timeout_s` is torchrun's own limit on
-    waiting for every node, a backstop behind the supervisor's rendezvous timeout."""
+    address the other nodes reach this one at; `timeout_s` is how long every node may take to
+    join before the supervisor stops this one; `node` is this node's number."""
 
     endpoint: str
     is_host: bool
     local_addr: str
-    join_timeout_s: int
+    timeout_s: float
     node: int
+
+    @property
+    def join_timeout_s(self) -> int:
+        """torchrun's own limit on waiting for every node: a backstop, a minute after the
+        supervisor's."""
+        return math.ceil(self.timeout_s) + 60
 
 
 @dataclass(frozen=True)

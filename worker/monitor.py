@@ -41,7 +41,7 @@ from service.store import (
 from worker.checkpoints import CheckpointRegistrar
 from worker.heartbeat import AttemptHeartbeat
 from worker.ingest import Ingestor
-from worker.launch import LaunchPlan, RunPaths
+from worker.launch import LaunchPlan, Rendezvous, RunPaths
 from worker.outcome import Outcome, classify_exit, read_oom_kills
 from worker.supervise import (
     ProcessTree,
@@ -113,22 +113,19 @@ class AttemptMonitor:
         paths: RunPaths,
         worker_name: str,
         heartbeat: AttemptHeartbeat,
-        node: int | None = None,
+        rendezvous: Rendezvous | None = None,
         announce: Callable[[Outcome], None] | None = None,
     ) -> None:
-        """`node` (with `announce`) for a node of a multi-node job: `announce` is called with
-        the outcome of a failing stop before the processes are stopped, so the attempt ends
-        with this cause rather than with what the other nodes' ranks see next."""
+        """`rendezvous` (with `announce`) for a node of a multi-node job: `announce` is called
+        with the outcome of a failing stop before the processes are stopped, so the attempt
+        ends with this cause rather than with what the other nodes' ranks see next."""
         self.engine, self.redis, self.settings = engine, redis, settings
         self.heartbeat = heartbeat
         self.job_id, self.attempt, self.spec = job_id, attempt, spec
         self.plan, self.paths, self.worker_name = plan, paths, worker_name
-        self.node, self.announce = node, announce
-        self.rendezvous_timeout_s = (
-            (spec.rendezvous_timeout_s or settings.rendezvous_timeout_s)
-            if node is not None
-            else None
-        )
+        self.node = rendezvous.node if rendezvous is not None else None
+        self.rendezvous_timeout_s = rendezvous.timeout_s if rendezvous is not None else None
+        self.announce = announce
         self.registrar = CheckpointRegistrar(
             engine,
             job_id,
@@ -146,7 +143,7 @@ class AttemptMonitor:
             events_file=paths.events_file,
             max_line_bytes=settings.max_log_line_bytes,
             on_checkpoint=self.registrar.add,
-            node=node or 0,
+            node=self.node or 0,
         )
         self.running = False
         self.restarts = 0

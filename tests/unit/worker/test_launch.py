@@ -28,18 +28,21 @@ def plan(
     cuda: bool = False,
     resume: Path | None = None,
     base_env: dict[str, str] | None = None,
+    paths: RunPaths = PATHS,
+    rendezvous: Rendezvous | None = None,
 ) -> LaunchPlan:
     return build_launch(
         job_spec,
         job_id="job1",
         attempt=3,
-        paths=PATHS,
+        paths=paths,
         resume_from=resume,
         cuda_available=cuda,
         port=29999,
         python=PY,
         base_env=base_env or {},
         recipe_module="jobs.recipes.synthetic" if job_spec.recipe else None,
+        rendezvous=rendezvous,
     )
 
 
@@ -246,19 +249,12 @@ def test_a_node_of_a_multi_node_job_meets_the_others_at_the_published_endpoint()
     assert paths.run_dir == DATA / "runs/job1/attempt-3/node-1"
     assert paths.checkpoint_dir == PATHS.checkpoint_dir, "every node shares the job's checkpoints"
     rendezvous = Rendezvous(
-        endpoint="node-a:29400", is_host=False, local_addr="node-b", join_timeout_s=120, node=1
+        endpoint="node-a:29400", is_host=False, local_addr="node-b", timeout_s=59.5, node=1
     )
-    result = build_launch(
+    result = plan(
         spec(nnodes=2, nproc_per_node=4),
-        job_id="job1",
-        attempt=3,
-        paths=paths,
-        resume_from=None,
-        cuda_available=False,
-        port=29999,
-        python=PY,
         base_env={"LAUNCHBAY_NODE": "7"},
-        recipe_module="jobs.recipes.synthetic",
+        paths=paths,
         rendezvous=rendezvous,
     )
     assert result.argv[4:13] == [
@@ -275,20 +271,8 @@ def test_a_node_of_a_multi_node_job_meets_the_others_at_the_published_endpoint()
     assert result.expected_ranks == 4, "the ranks of this node"
     assert result.env["LAUNCHBAY_NODE"] == "1"
     assert result.env["LAUNCHBAY_EVENTS_FILE"] == str(paths.events_file)
-    host = build_launch(
-        spec(nnodes=2),
-        job_id="job1",
-        attempt=3,
-        paths=PATHS,
-        resume_from=None,
-        cuda_available=False,
-        port=29999,
-        python=PY,
-        base_env={},
-        recipe_module="jobs.recipes.synthetic",
-        rendezvous=Rendezvous("node-a:29400", True, "node-a", 60, 0),
-    )
-    assert "--rdzv-conf=is_host=1,join_timeout=60" in host.argv
+    host = plan(spec(nnodes=2), rendezvous=Rendezvous("node-a:29400", True, "node-a", 30, 0))
+    assert "--rdzv-conf=is_host=1,join_timeout=90" in host.argv
 
 
 def test_a_single_node_job_names_no_node() -> None:
