@@ -508,17 +508,17 @@ def join_node(
         session.rollback()
         return None
     if not hosting:
-        host_row = session.exec(
-            select(JobNode).where(
+        hosted_at = session.exec(
+            select(JobNode.endpoint).where(
                 JobNode.job_id == job_id,
                 JobNode.attempt == attempt,
                 col(JobNode.endpoint).is_not(None),
             )
         ).first()
-        if host_row is None or host_row.endpoint is None:
+        if hosted_at is None:
             session.rollback()
             return None
-        endpoint = host_row.endpoint
+        endpoint = hosted_at
     session.add(
         JobNode(
             job_id=job_id,
@@ -593,15 +593,16 @@ def finish_node(
       finished.
 
     Only the node's row changes for a node `stopped` because the attempt ended elsewhere, or
-    when the attempt is no longer the job's active one. With
-    `lost_before` (the reaper), nothing changes unless the node's last heartbeat is older.
+    when the attempt is no longer the job's active one. With `lost_before` (the reaper),
+    nothing changes unless the node's last heartbeat is older.
     """
     job = _lock_job(session, job_id)
     row = session.get(JobNode, (job_id, attempt, node), populate_existing=True)
-    if row is None or row.finished_at is not None:
-        session.rollback()
-        return NodeEnd()
-    if lost_before is not None and row.last_heartbeat >= lost_before:
+    if (
+        row is None
+        or row.finished_at is not None
+        or (lost_before is not None and row.last_heartbeat >= lost_before)
+    ):
         session.rollback()
         return NodeEnd()
     row.state, row.finished_at, row.exit_code = state, utcnow(), exit_code
@@ -622,15 +623,16 @@ def finish_node(
             select(JobNode).where(JobNode.job_id == job_id, JobNode.attempt == attempt)
         ).all()
     )
-    finished = all(n.finished_at is not None for n in nodes)
     retried: Job | None = None
     if job.state == JobState.CANCELLING or state is NodeState.CANCELLED:
+        finished = all(n.finished_at is not None for n in nodes)
         recorded = finished and _cancel_attempt(session, job_id, attempt)
     elif state is NodeState.SUCCEEDED:
-        everyone = len(nodes) == int(job.spec.get("nnodes") or 1) and finished
-        recorded = everyone and all(n.state == NodeState.SUCCEEDED for n in nodes)
-        if recorded:
-            recorded = _transition(
+        everyone = len(nodes) == int(job.spec.get("nnodes") or 1)
+        recorded = (
+            everyone
+            and all(n.state == NodeState.SUCCEEDED for n in nodes)
+            and _transition(
                 session,
                 job_id,
                 JobState.SUCCEEDED,
@@ -638,6 +640,7 @@ def finish_node(
                 exit_code=0,
                 exit_reason=ExitReason.COMPLETED,
             )
+        )
     else:
         announced = sorted((n for n in nodes if n.failed_at is not None), key=_failed_at)
         cause = announced[0] if announced else row
