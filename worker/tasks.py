@@ -71,7 +71,7 @@ def claim(job_id: str, attempt: int, node: int | None, worker: str) -> None:
 
 
 def forget_claims() -> None:
-    """Drop what was taken for the horse (the worker's side, once the horse is forked)."""
+    """Drop what was taken for the horse (the worker's copy, once the horse has run)."""
     _claimed.clear()
 
 
