@@ -97,10 +97,11 @@ def create_job(
         queue=spec.queue,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
+        last_seq=1,  # the `queued` event's, inserted with the row: no one else sees it yet
     )
     session.add(job)
     session.flush()
-    _add_state_event(session, job.id, JobState.QUEUED, job.attempt, {})
+    _insert_state_event(session, job.id, JobState.QUEUED, job.attempt, 1, {})
     session.commit()
     return job
 
@@ -133,6 +134,17 @@ def transition_job(
     return moved
 
 
+def take_job(session: Session, job_id: str, attempt: int, **fields: Any) -> dict[str, Any] | None:
+    """Move the job `queued → starting` at `attempt` (committed) and return its spec; None,
+    having changed nothing, when it is not queued at that attempt any more."""
+    moved = _move(session, job_id, JobState.STARTING, attempt, None, fields, col(Job.spec))
+    if moved is None:
+        session.rollback()
+        return None
+    session.commit()
+    return dict(moved.spec)
+
+
 def _transition(
     session: Session,
     job_id: str,
@@ -143,25 +155,41 @@ def _transition(
     **fields: Any,
 ) -> bool:
     """`transition_job` without the commit (or the rollback when nothing moved)."""
-    values: dict[str, Any] = {"state": target, **fields}
+    return _move(session, job_id, target, attempt, lost_before, fields) is not None
+
+
+def _move(
+    session: Session,
+    job_id: str,
+    target: JobState,
+    attempt: int | None,
+    lost_before: datetime | None,
+    fields: dict[str, Any],
+    *returning: Any,
+) -> Any:
+    """One conditional UPDATE of the job's row (a Core statement: the ORM's bulk-update path
+    costs more than the statement), which also takes the state event's seq, then the event.
+    Returns the updated row (its `attempt`, `last_seq` and `returning` columns) or None."""
+    values: dict[str, Any] = {"state": target, "last_seq": col(Job.last_seq) + 1, **fields}
     if target.is_terminal():
         values.setdefault("finished_at", utcnow())
-    stmt = update(Job).where(
+    table = Job.__table__  # type: ignore[attr-defined]
+    stmt = update(table).where(
         col(Job.id) == job_id, col(Job.state).in_(states_that_can_become(target))
     )
     if attempt is not None:
         stmt = stmt.where(col(Job.attempt) == attempt)
     if lost_before is not None:
         stmt = stmt.where(last_sign_of_life() < lost_before)
-    result = session.execute(stmt.values(**values).returning(col(Job.attempt)))
-    new_attempt = result.scalar_one_or_none()
-    if new_attempt is None:
-        return False
+    returned = (col(Job.attempt), col(Job.last_seq), *returning)
+    row = session.execute(stmt.values(**values).returning(*returned)).one_or_none()
+    if row is None:
+        return None
     detail: dict[str, Any] = {
         k: fields[k] for k in ("exit_code", "exit_reason", "message", "worker") if k in fields
     }
-    _add_state_event(session, job_id, target, int(new_attempt), detail)
-    return True
+    _insert_state_event(session, job_id, target, int(row.attempt), int(row.last_seq), detail)
+    return row
 
 
 def requeue_job(
@@ -283,11 +311,21 @@ def queued_since(session: Session, job_id: str, attempt: int) -> float | None:
 def _add_state_event(
     session: Session, job_id: str, state: JobState, attempt: int, detail: dict[str, Any]
 ) -> None:
-    seq = allocate_seq(session, job_id)
-    data = {"state": str(state), **detail}
-    session.add(
-        JobEvent(job_id=job_id, seq=seq, kind="state", attempt=attempt, ts=time.time(), data=data)
-    )
+    _insert_state_event(session, job_id, state, attempt, allocate_seq(session, job_id), detail)
+
+
+def _insert_state_event(
+    session: Session, job_id: str, state: JobState, attempt: int, seq: int, detail: dict[str, Any]
+) -> None:
+    row = {
+        "job_id": job_id,
+        "seq": seq,
+        "kind": "state",
+        "attempt": attempt,
+        "ts": time.time(),
+        "data": {"state": str(state), **detail},
+    }
+    session.execute(insert(JobEvent.__table__).values(**row))  # type: ignore[attr-defined]
 
 
 def add_attempt_event(

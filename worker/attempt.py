@@ -32,6 +32,7 @@ from service.store import (
     finish_node,
     join_node,
     requeue_job,
+    take_job,
     transition_job,
 )
 from worker.heartbeat import AttemptHeartbeat
@@ -224,17 +225,9 @@ def take_attempt(
     seat: NodeSeat | None = None
     with session_scope(engine) as session:
         if node is None:
-            taken = transition_job(
-                session,
-                job_id,
-                JobState.STARTING,
-                attempt=attempt,
-                worker=worker_name,
-                started_at=now,
-                last_heartbeat=now,
+            spec = take_job(
+                session, job_id, attempt, worker=worker_name, started_at=now, last_heartbeat=now
             )
-            job = session.get(Job, job_id) if taken else None
-            spec = dict(job.spec) if job is not None else None
         else:
             host = settings.worker_host
             seat = join_node(

@@ -17,6 +17,7 @@ Before its first job a worker writes its record and looks at the others': a GPU 
 by a live worker of the same host makes it refuse to start (`DevicesTaken`).
 """
 
+import gc
 import logging
 import os
 import signal
@@ -132,6 +133,17 @@ class LaunchbayWorker(Worker):
             tasks.forget_claims()
             self.current = None
             self.save_record()
+            self.after_horse()
+
+    def after_horse(self) -> None:
+        """Between jobs: stop what a horse that died left running, then take, while idle, the
+        page faults that the fork left for this process's next writes (its pages stay
+        write-protected after the horse is gone; a collection writes to most of them), which
+        taking the next attempt (`worker.tasks.claim`) would otherwise pay."""
+        stopped = stop_orphans(tasks.current_settings().data_dir.resolve())
+        if stopped:
+            log.warning("killed processes %s left by attempts whose supervisor died", stopped)
+        gc.collect()
 
     def record(self) -> dict[str, Any]:
         current = self.current

@@ -18,7 +18,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from service.db import make_engine
 from service.settings import Settings, get_settings
 from worker.attempt import TakenAttempt, abandon, run_taken, take_attempt
-from worker.orphans import stop_orphans
 from worker.supervise import shutdown_requested
 
 log = logging.getLogger(__name__)
@@ -36,6 +35,7 @@ def current_settings() -> Settings:
 
 
 _engines: dict[str, tuple[Engine, int]] = {}
+_redis_clients: dict[str, Redis] = {}
 # What the worker took before forking the horse, by task (job id, attempt, node); None: the
 # task is not to be run.
 _claimed: dict[tuple[str, int, int | None], TakenAttempt | None] = {}
@@ -57,11 +57,28 @@ def engine_for(url: str) -> Engine:
     return engine
 
 
+def redis_for(url: str) -> Redis:
+    """This process's client for supervising jobs, made once in the worker and inherited by
+    its horses (redis-py's pool notices the fork and opens connections of the horse's own).
+    Few retries: the supervisor loop must not stall on a Redis that is away (it copes)."""
+    client = _redis_clients.get(url)
+    if client is None:
+        client = Redis.from_url(
+            url,
+            socket_timeout=5,
+            socket_connect_timeout=2,
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.1), 1),
+        )
+        _redis_clients[url] = client
+    return client
+
+
 def claim(job_id: str, attempt: int, node: int | None, worker: str) -> None:
     """Take the task's attempt (join it as `node`) now, in the worker, for the horse about to
     be forked; a failure leaves it to the horse."""
     settings = current_settings()
     engine = engine_for(settings.resolved_database_url)
+    redis_for(settings.redis_url)  # for the horse
     try:
         taken = take_attempt(engine, settings, job_id, attempt, node=node, worker_name=worker)
     except SQLAlchemyError as exc:
@@ -90,7 +107,6 @@ def run_job(job_id: str, attempt: int, node: int | None = None) -> None:
         log.warning("job %s attempt %d: the worker is gone; not started", job_id, attempt)
         return
     settings = current_settings()
-    stop_orphans(settings.data_dir.resolve())
     engine = engine_for(settings.resolved_database_url)
     if key in _claimed:
         taken = _claimed.pop(key)
@@ -100,18 +116,9 @@ def run_job(job_id: str, attempt: int, node: int | None = None) -> None:
         )
     if taken is None:
         return
-    # Few retries: the supervisor loop must not stall on a Redis that is away (it copes).
-    redis = Redis.from_url(
-        settings.redis_url,
-        socket_timeout=5,
-        socket_connect_timeout=2,
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.1), 1),
-    )
-    try:
-        if shutdown_requested():
-            # The worker died as this horse started: the attempt it took is lost.
-            abandon(engine, redis, settings, taken)
-        else:
-            run_taken(engine, redis, settings, taken)
-    finally:
-        redis.close()
+    redis = redis_for(settings.redis_url)
+    if shutdown_requested():
+        # The worker died as this horse started: the attempt it took is lost.
+        abandon(engine, redis, settings, taken)
+    else:
+        run_taken(engine, redis, settings, taken)
