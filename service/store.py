@@ -34,6 +34,13 @@ RETRYABLE_EXIT_REASONS = frozenset(
 )
 
 
+# The job table for Core UPDATEs on the hot paths (state changes, seqs, heartbeats, progress):
+# an UPDATE of the ORM class takes SQLAlchemy's bulk-update path, which costs more than the
+# statement (it looks for the rows' objects in the session to synchronize them). Callers that
+# hold a Job object refresh it.
+JOB_TABLE = Job.__table__  # type: ignore[attr-defined]
+
+
 class AttemptSuperseded(Exception):
     """A worker wrote for an attempt that is no longer the job's active one (retried, ended or
     cancelled by someone else, deleted): nothing was written, and the attempt should stop."""
@@ -68,7 +75,7 @@ def allocate_seq(
     """
     conditions = _active_at(job_id, attempt) if attempt is not None else (col(Job.id) == job_id,)
     stmt = (
-        update(Job)
+        update(JOB_TABLE)
         .where(*conditions)
         .values(last_seq=Job.last_seq + count)
         .returning(col(Job.last_seq))
@@ -167,14 +174,13 @@ def _move(
     fields: dict[str, Any],
     *returning: Any,
 ) -> Any:
-    """One conditional UPDATE of the job's row (a Core statement: the ORM's bulk-update path
-    costs more than the statement), which also takes the state event's seq, then the event.
-    Returns the updated row (its `attempt`, `last_seq` and `returning` columns) or None."""
+    """One conditional UPDATE of the job's row, which also takes the state event's seq, then
+    the event. Returns the updated row (its `attempt`, `last_seq` and `returning` columns) or
+    None."""
     values: dict[str, Any] = {"state": target, "last_seq": col(Job.last_seq) + 1, **fields}
     if target.is_terminal():
         values.setdefault("finished_at", utcnow())
-    table = Job.__table__  # type: ignore[attr-defined]
-    stmt = update(table).where(
+    stmt = update(JOB_TABLE).where(
         col(Job.id) == job_id, col(Job.state).in_(states_that_can_become(target))
     )
     if attempt is not None:
@@ -435,7 +441,7 @@ def append_output(
             values["progress_step"] = last.step
         if last.epoch is not None:
             values["progress_epoch"] = last.epoch
-        session.execute(update(Job).where(col(Job.id) == job_id).values(**values))
+        session.execute(update(JOB_TABLE).where(col(Job.id) == job_id).values(**values))
     session.commit()
 
 
@@ -449,7 +455,7 @@ def touch_job_heartbeat(
     deleted): the caller should stop.
     """
     stmt = (
-        update(Job)
+        update(JOB_TABLE)
         .where(*_active_at(job_id, attempt))
         .values(last_heartbeat=utcnow())
         .returning(col(Job.state))

@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 
 PROCESS_SCAN_S = 5.0
 REDIS_RETRY_S = 2.0
+# How often the cancel key is read: each read is a Redis round trip, taken from the ranks' CPU
+# time on a busy node, so not every poll.
+CANCEL_CHECK_S = 0.5
 SUPERVISOR_NICENESS = 10
 T = TypeVar("T")
 
@@ -148,6 +151,7 @@ class AttemptMonitor:
         self.running = False
         self.restarts = 0
         self.redis_retry_at = 0.0  # while Redis is away: when to try it again
+        self.next_cancel_check = 0.0
         self.tree: ProcessTree | None = None
         self.survivors: list[int] = []
 
@@ -266,8 +270,9 @@ class AttemptMonitor:
             return StopReason.HANG
         if self.heartbeat.cancelling:
             return StopReason.CANCEL  # a cancel whose Redis key got lost
-        if now < self.redis_retry_at:
+        if now < max(self.redis_retry_at, self.next_cancel_check):
             return None
+        self.next_cancel_check = now + CANCEL_CHECK_S
         try:
             cancel = self.redis.exists(cancel_key(self.job_id))
         except RedisError as exc:
