@@ -37,7 +37,7 @@ def spec(name: str, recipe: str, config: Mapping[str, object], nproc: int = 2) -
     }
 
 
-def run(rounds: int = 5, one_rank_rounds: int = 2, startup_rounds: int = 5) -> list[Result]:
+def run(rounds: int = 5, one_rank_rounds: int = 2, startup_rounds: int = 7) -> list[Result]:
     scratch = Path(tempfile.mkdtemp(prefix="launchbay-bench-p1-"))
     bare_speed: list[float] = []
     lb_speed: list[float] = []
