@@ -270,8 +270,10 @@ def _requeue(
         "exit_code": None,
         "exit_reason": None,
         "message": f"{note}: {message}" if message else note,
+        "last_seq": col(Job.last_seq) + 1,  # the `queued` event's
     }
-    if session.execute(stmt.values(**values).returning(col(Job.id))).scalar_one_or_none() is None:
+    seq = session.execute(stmt.values(**values).returning(col(Job.last_seq))).scalar_one_or_none()
+    if seq is None:
         return None
     detail = {
         "retry_of": attempt,
@@ -279,7 +281,7 @@ def _requeue(
         "exit_reason": str(exit_reason),
         "message": message,
     }
-    _add_state_event(session, job_id, JobState.QUEUED, attempt + 1, detail)
+    _insert_state_event(session, job_id, JobState.QUEUED, attempt + 1, int(seq), detail)
     return job
 
 
@@ -312,12 +314,6 @@ def queued_since(session: Session, job_id: str, attempt: int) -> float | None:
     )
     value = session.exec(stmt).one()
     return None if value is None else float(value)
-
-
-def _add_state_event(
-    session: Session, job_id: str, state: JobState, attempt: int, detail: dict[str, Any]
-) -> None:
-    _insert_state_event(session, job_id, state, attempt, allocate_seq(session, job_id), detail)
 
 
 def _insert_state_event(
