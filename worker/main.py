@@ -1,16 +1,20 @@
 """The worker process: an RQ worker whose work horses run Launchbay jobs.
 
-RQ forks a work horse per job. On SIGTERM the worker shuts down warm (it waits for the
-running job); a second SIGTERM (or SIGINT) is a cold shutdown, where RQ would SIGKILL the
-horse at once and orphan the job's processes, which live in sessions of their own. Here the
-horse is first sent SIGTERM, which its supervisor takes as "stop the job's processes, record
-the attempt as `worker_lost`, return"; only then is it killed. A horse whose worker dies
-without a word (SIGKILL) gets the same SIGTERM from the kernel (``PR_SET_PDEATHSIG``).
+RQ forks a work horse per job. What the horse needs is done by the worker first, on its warm
+connections: it takes the attempt (`worker.tasks.claim`) and does RQ's bookkeeping of the job
+(`prepare_job_execution`, which RQ does in the horse); while idle, it makes the database pool
+its next horse will use (`worker.tasks.spare_pools`).
+
+On SIGTERM the worker shuts down warm (it waits for the running job); a second SIGTERM (or
+SIGINT) is a cold shutdown, where RQ would SIGKILL the horse at once and orphan the job's
+processes, which live in sessions of their own. Here the horse is first sent SIGTERM, which
+its supervisor takes as "stop the job's processes, record the attempt as `worker_lost`,
+return"; only then is it killed. A horse whose worker dies without a word (SIGKILL) gets the
+same SIGTERM from the kernel (``PR_SET_PDEATHSIG``).
 
 Each worker keeps a record of itself in Redis (`service.queue.worker_key`, a short TTL) for
 GET /v1/workers: its host (`LAUNCHBAY_WORKER_HOST`), queues, devices (`worker.devices`),
-current job and last heartbeat, refreshed every
-`heartbeat_interval_s` from RQ's own loop (RQ's dequeue timeout and job monitoring interval
+current job and last heartbeat, refreshed every `heartbeat_interval_s` from RQ's own loop (RQ's dequeue timeout and job monitoring interval
 are set to that interval). Redis going away and coming back is survived: a heartbeat or a
 bookkeeping write that fails is logged, and a work loop that RQ gives up is started again.
 Before its first job a worker writes its record and looks at the others': a GPU already owned
@@ -101,6 +105,8 @@ class LaunchbayWorker(Worker):
         self.started = utcnow()
         # The job of the running task: {"id", "attempt"} and, for a multi-node job, "node".
         self.current: dict[str, Any] | None = None
+        # The RQ job whose bookkeeping this worker did before forking its horse.
+        self.prepared_job_id: str | None = None
         self.stopping = False
 
     def request_stop(self, signum: Any, frame: Any) -> None:
@@ -135,15 +141,29 @@ class LaunchbayWorker(Worker):
             self.save_record()
             self.after_horse()
 
+    def fork_work_horse(self, job: RQJob, queue: Queue) -> None:
+        self.prepare_job_execution(job, remove_from_intermediate_queue=len(self.queues) == 1)
+        self.prepared_job_id = job.id
+        super().fork_work_horse(job, queue)
+
+    def prepare_job_execution(
+        self, job: RQJob, remove_from_intermediate_queue: bool = False
+    ) -> None:
+        if self.is_horse and job.id == self.prepared_job_id:
+            return  # done by the worker before the fork, on its warm connection
+        super().prepare_job_execution(job, remove_from_intermediate_queue)
+
     def after_horse(self) -> None:
-        """Between jobs: stop what a horse that died left running, then take, while idle, the
-        page faults that the fork left for this process's next writes (its pages stay
+        """Between jobs: stop what a horse that died left running; take, while idle, the page
+        faults that the fork left for this process's next writes (its pages stay
         write-protected after the horse is gone; a collection writes to most of them), which
-        taking the next attempt (`worker.tasks.claim`) would otherwise pay."""
+        taking the next attempt (`worker.tasks.claim`) would otherwise pay; make the next
+        horse's database pool."""
         stopped = stop_orphans(tasks.current_settings().data_dir.resolve())
         if stopped:
             log.warning("killed processes %s left by attempts whose supervisor died", stopped)
         gc.collect()
+        tasks.spare_pools()
 
     def record(self) -> dict[str, Any]:
         current = self.current
@@ -236,8 +256,10 @@ def preload() -> None:
 
     import jobs.recipes  # noqa: F401
     import worker.attempt  # noqa: F401
+    from worker.prepare import torchrun_installed
 
     detect_cuda()
+    torchrun_installed()
 
 
 def run_worker(

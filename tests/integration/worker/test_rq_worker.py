@@ -9,10 +9,12 @@ import uuid
 from pathlib import Path
 
 from rq import Queue
+from rq.job import Job as RQJob
+from rq.job import JobStatus
 
 from service.db import session_scope
 from service.models import Job
-from service.queue import enqueue_attempt
+from service.queue import enqueue_attempt, rq_job_id
 from tests.integration.worker.conftest import WorkerEnv
 from tests.support.procs import job_processes, start, stop, wait_until
 from worker import supervise, tasks
@@ -37,7 +39,12 @@ def test_burst_worker_runs_a_queued_job(wenv: WorkerEnv) -> None:
     job = wenv.job(job_id)
     assert (job.state, job.exit_reason, job.worker) == ("succeeded", "completed", name)
     assert any(line.line.startswith("rank 0 restart") for line in wenv.logs(job_id))
-    assert Queue(queue, connection=wenv.redis).count == 0
+    rq_queue = Queue(queue, connection=wenv.redis)
+    assert rq_queue.count == 0
+    # RQ's bookkeeping, done by the worker before the fork, and the horse's at the end.
+    rq_job = RQJob.fetch(rq_job_id(job_id, 1), connection=wenv.redis)
+    assert (rq_job.get_status(), rq_job.worker_name) == (JobStatus.FINISHED, name)
+    assert rq_queue.started_job_registry.get_job_ids() == []
 
 
 def test_cold_shutdown_stops_the_job_first(wenv: WorkerEnv, tmp_path: Path) -> None:
@@ -58,6 +65,13 @@ def test_cold_shutdown_stops_the_job_first(wenv: WorkerEnv, tmp_path: Path) -> N
     try:
         assert wait_until(lambda: len(job_processes(job_id)) >= 3, timeout=60)
         assert wait_until(lambda: wenv.job(job_id).state == "running", timeout=10)
+        # RQ's record of the running job, written by the worker before it forked the horse.
+        rq_job = RQJob.fetch(rq_job_id(job_id, 1), connection=wenv.redis)
+        assert rq_job.get_status() == JobStatus.STARTED
+        assert rq_job.worker_name == wenv.job(job_id).worker
+        rq_queue = Queue(queue, connection=wenv.redis)
+        assert rq_queue.started_job_registry.get_job_ids() == [rq_job.id]
+        assert wenv.redis.llen(rq_queue.intermediate_queue_key) == 0
         os.kill(proc.pid, signal.SIGTERM)  # warm: would wait for the job...
         time.sleep(1.5)  # (RQ ignores a second signal within a second)
         os.kill(proc.pid, signal.SIGTERM)  # ...cold: stop it now
