@@ -64,7 +64,13 @@ from jobs.runtime.distributed import (
     unwrap_model,
 )
 from jobs.runtime.env import CheckpointPolicy, RuntimeEnvError, checkpoint_policy, read_config
-from jobs.runtime.events import clean_metrics, close_events, report, write_event
+from jobs.runtime.events import (
+    clean_metrics,
+    close_events,
+    queue_reports,
+    report,
+    write_event,
+)
 
 __all__ = [
     "CheckpointPolicy",
@@ -90,6 +96,7 @@ __all__ = [
     "make_grad_scaler",
     "make_loader",
     "prepare_model",
+    "queue_reports",
     "read_config",
     "reduce_mean",
     "report",

@@ -117,3 +117,29 @@ def test_the_same_script_as_a_plain_python_process(tmp_path: Path) -> None:
         (20, 1, 37),
     ]
     assert (run_dir / "checkpoints" / "step-000000020.pt").is_file()
+
+
+QUEUED_SCRIPT = """
+from jobs import runtime as lb
+
+with lb.distributed() as ctx:
+    lb.queue_reports(0.05)
+    for step in range(1, 201):
+        lb.report(step, 1, loss=1.0 / step, rank=ctx.rank)
+    lb.write_event({"type": "custom", "after": 200})
+    for step in range(201, 301):
+        lb.report(step, 1, loss=1.0 / step, rank=ctx.rank)
+"""
+
+
+def test_queued_reports_under_torchrun_all_arrive_in_order(tmp_path: Path) -> None:
+    """The SDK's thread writes queued lines; the rest at exit, after an unqueued line."""
+    run_dir, env = prepare(tmp_path)
+    (run_dir / "train.py").write_text(QUEUED_SCRIPT)
+    done = run_torchrun(["train.py"], env=env, cwd=run_dir, timeout_s=120)
+    assert done.returncode == 0, done.stdout[-3000:]
+    events = read_events(run_dir)
+    expected = [*range(1, 201), 200, *range(201, 301)]
+    assert [e.get("step", e.get("after")) for e in events] == expected
+    assert events[200]["type"] == "custom"
+    assert {e["metrics"]["rank"] for e in events if e["type"] == "metric"} == {0}

@@ -1,5 +1,5 @@
 """Every runtime test starts without the worker's LAUNCHBAY_* contract variables or
-torchrun's, and leaves no process group or open events file behind."""
+torchrun's, and leaves no process group, open events file or queued reporting behind."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobs.runtime import close_events, env, teardown_distributed
+from jobs.runtime import close_events, env, queue_reports, teardown_distributed
 
 CONTRACT_VARS = {
     value
@@ -32,5 +32,6 @@ def clean_runtime_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         if name in os.environ:
             monkeypatch.delenv(name)
     yield
+    queue_reports(None)
     close_events()
     teardown_distributed()
