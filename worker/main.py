@@ -14,9 +14,10 @@ same SIGTERM from the kernel (``PR_SET_PDEATHSIG``).
 
 Each worker keeps a record of itself in Redis (`service.queue.worker_key`, a short TTL) for
 GET /v1/workers: its host (`LAUNCHBAY_WORKER_HOST`), queues, devices (`worker.devices`),
-current job and last heartbeat, refreshed every `heartbeat_interval_s` from RQ's own loop (RQ's dequeue timeout and job monitoring interval
-are set to that interval). Redis going away and coming back is survived: a heartbeat or a
-bookkeeping write that fails is logged, and a work loop that RQ gives up is started again.
+current job and last heartbeat, refreshed every `heartbeat_interval_s` from RQ's own loop
+(RQ's dequeue timeout and job monitoring interval are set to that interval). Redis going away
+and coming back is survived: a heartbeat or a bookkeeping write that fails is logged, and a
+work loop that RQ gives up is started again.
 Before its first job a worker writes its record and looks at the others': a GPU already owned
 by a live worker of the same host makes it refuse to start (`DevicesTaken`).
 """

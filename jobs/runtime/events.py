@@ -11,10 +11,10 @@ report() writes its line before it returns, so nothing reported is lost however 
 ends; that costs about 0.1 ms a call between training steps (encoding, the system call).
 After `queue_reports(0.05)`, report() only queues its line and a thread of the writer writes
 the queue every 0.05 s, while torch's operations leave the interpreter free; a rank killed
-outright loses what is queued then (at a normal exit it is written). Any
-other line (`write_event`, a checkpoint's) is written at once, after what is queued, so
-the file keeps the order of the calls. A bad metric value is dropped with a warning: it
-must never stop a training run.
+outright loses what is queued then (at a normal exit it is written). Any other line
+(`write_event`, a checkpoint's) is written at once, after what is queued, so the file keeps
+the order of the calls. A bad metric value is dropped with a warning: it must never stop a
+training run.
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ class EventWriter:
 
     def close(self) -> None:
         self._stop.set()
+        self._flusher_pid = 0  # a later queue() starts a thread again
         self.flush()
         with self._lock:
             if self._file is not None:
@@ -121,8 +122,9 @@ def queue_reports(flush_s: float | None = 0.05) -> None:
     """From now on, report() queues its lines and a thread writes them every `flush_s`
     seconds (None: each line is written before report() returns, the default).
 
-    For reporting many metrics every step: a queued call costs about a tenth of a written
-    one. The price: lines queued when the rank is killed outright are lost.
+    For reporting many metrics every step: it about halves what reporting costs the
+    training loop (docs/benchmarks.md, P4a″). The price: lines still queued when the rank is
+    killed outright are lost.
     """
     global _flush_s
     if flush_s is not None and not 0 < flush_s <= 10:
