@@ -126,9 +126,14 @@ def setup_distributed() -> DistContext:
 
 
 def teardown_distributed() -> None:
-    """Leave the process group (if any) so torchrun sees a clean exit; safe to call twice."""
+    """Write the metric lines report() has queued, and leave the process group (if any) so
+    torchrun sees a clean exit; safe to call twice. (A process that ends with os._exit, as
+    a forked multiprocessing child does, runs no exit handler that would write them.)"""
+    from jobs.runtime.events import close_events  # events imports this module
+
     global _context
     _context = None
+    close_events()
     if dist.is_available() and dist.is_initialized():
         # DDP wrappers sit in reference cycles: unless collected now, they keep the gloo
         # group alive until interpreter exit, where its threads die with "terminate called

@@ -11,10 +11,10 @@ report() writes its line before it returns, so nothing reported is lost however 
 ends; that costs about 0.1 ms a call between training steps (encoding, the system call).
 After `queue_reports(0.05)`, report() only queues its line and a thread of the writer writes
 the queue every 0.05 s, while torch's operations leave the interpreter free; a rank killed
-outright loses what is queued then (at a normal exit it is written). Any other line
-(`write_event`, a checkpoint's) is written at once, after what is queued, so the file keeps
-the order of the calls. A bad metric value is dropped with a warning: it must never stop a
-training run.
+outright loses what is queued then (it is written on leaving `distributed()` and at a
+normal exit). Any other line (`write_event`, a checkpoint's) is written at once, after what
+is queued, so the file keeps the order of the calls. A bad metric value is dropped with a
+warning: it must never stop a training run.
 """
 
 from __future__ import annotations

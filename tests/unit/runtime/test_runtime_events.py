@@ -17,7 +17,15 @@ import numpy as np
 import pytest
 import torch
 
-from jobs.runtime import close_events, env, events, queue_reports, report, write_event
+from jobs.runtime import (
+    close_events,
+    distributed,
+    env,
+    events,
+    queue_reports,
+    report,
+    write_event,
+)
 from tests.support.procs import wait_until
 
 
@@ -147,6 +155,13 @@ def test_other_lines_are_written_at_once_after_the_queued_ones(events_file: Path
     queue_reports(None)
     report(2, loss=1.0)  # written at once again
     assert [line["step"] for line in read_lines(events_file)] == [1, 1, 2]
+
+
+def test_leaving_distributed_writes_queued_reports(events_file: Path) -> None:
+    queue_reports(5.0)
+    with distributed():
+        report(1, loss=1.0)
+    assert [line["step"] for line in read_lines(events_file)] == [1]
 
 
 def test_queued_reports_are_written_at_exit(tmp_path: Path) -> None:
