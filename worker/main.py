@@ -17,9 +17,9 @@ GET /v1/workers: its host (`LAUNCHBAY_WORKER_HOST`), queues, devices (`worker.de
 current job and last heartbeat, refreshed every `heartbeat_interval_s` from RQ's own loop
 (RQ's dequeue timeout and job monitoring interval are set to that interval). Redis going away
 and coming back is survived: a heartbeat or a bookkeeping write that fails is logged, and a
-work loop that RQ gives up is started again.
-Before its first job a worker writes its record and looks at the others': a GPU already owned
-by a live worker of the same host makes it refuse to start (`DevicesTaken`).
+work loop that RQ gives up is started again. Before its first job a worker writes its record
+and looks at the others': a GPU already owned by a live worker of the same host makes it
+refuse to start (`DevicesTaken`).
 """
 
 import gc

@@ -78,8 +78,8 @@ class EventWriter:
     def close(self) -> None:
         self._stop.set()
         self._flusher_pid = 0  # a later queue() starts a thread again
-        self.flush()
         with self._lock:
+            self._write_locked(self._take_queued())
             if self._file is not None:
                 self._file.close()
                 self._file = None

@@ -22,7 +22,6 @@ def clean_runtime_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         if name in os.environ:
             monkeypatch.delenv(name)
     yield
-    from jobs.runtime import close_events, teardown_distributed
+    from jobs.runtime import teardown_distributed
 
-    close_events()
-    teardown_distributed()
+    teardown_distributed()  # closes the events file too

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobs.runtime import close_events, env, queue_reports, teardown_distributed
+from jobs.runtime import env, queue_reports, teardown_distributed
 
 CONTRACT_VARS = {
     value
@@ -33,5 +33,4 @@ def clean_runtime_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             monkeypatch.delenv(name)
     yield
     queue_reports(None)
-    close_events()
-    teardown_distributed()
+    teardown_distributed()  # closes the events file too
