@@ -166,8 +166,15 @@ def get_context() -> DistContext:
     )
 
 
+def current_context() -> DistContext | None:
+    """The context from setup_distributed() until teardown_distributed(); else None."""
+    return _context
+
+
 def get_rank() -> int:
     """This process's global rank, also before or without setup_distributed()."""
+    if _context is not None:  # report() asks every step: the group's own lookup costs more
+        return _context.rank
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank()
     return _env_int("RANK", 0)

@@ -35,7 +35,7 @@ from typing import Any, BinaryIO
 import torch
 
 from jobs.runtime import env
-from jobs.runtime.distributed import get_rank
+from jobs.runtime.distributed import DistContext, current_context, get_rank
 
 Number = int | float
 
@@ -56,6 +56,7 @@ class EventWriter:
         self._lock = threading.Lock()  # held to write: lines go out in order
         self._stop = threading.Event()
         self._flusher_pid = 0  # the process whose thread writes the queue
+        self.context: DistContext | None = None  # the distributed() it was last found in
 
     def write(self, event: Mapping[str, Any]) -> None:
         """Write `event` now, after what is queued."""
@@ -133,8 +134,17 @@ def queue_reports(flush_s: float | None = 0.05) -> None:
 
 
 def _current_writer() -> EventWriter | None:
-    """The writer for the events file named in the environment now, if there is one."""
+    """The writer for the events file named in the environment, if there is one.
+
+    Inside distributed() the environment is read once: a writer made in a context serves
+    the whole context (report() asks every step, and reading os.environ costs more than the
+    rest of finding the writer). Outside one it is read on every call.
+    """
     global _writer
+    ctx = current_context()
+    if ctx is not None and _writer is not None and _writer.context is ctx:
+        if _writer.flush_s == _flush_s:
+            return _writer
     path = env.events_file()
     if path is None:
         return None
@@ -142,6 +152,7 @@ def _current_writer() -> EventWriter | None:
         if _writer is not None:
             _writer.close()
         _writer = EventWriter(path, _flush_s)
+    _writer.context = ctx
     return _writer
 
 

@@ -117,6 +117,28 @@ def test_the_file_is_opened_once_and_follows_the_environment(
     assert len(read_lines(events_file)) == 50 and len(read_lines(other)) == 1
 
 
+def test_inside_distributed_the_file_and_rank_are_those_the_context_began_with(
+    events_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "other.jsonl"
+    monkeypatch.setenv("RANK", "0")
+    with distributed() as ctx:
+        report(1, loss=1.0)
+        monkeypatch.setenv(env.EVENTS_FILE, str(other))
+        monkeypatch.setenv("RANK", "1")
+        report(2, loss=1.0)  # still rank 0 of this context, still its file
+        assert write_event({"type": "custom"})
+        assert ctx.rank == 0
+    assert [line["type"] for line in read_lines(events_file)] == ["metric", "metric", "custom"]
+    assert not other.exists()
+    report(3, loss=1.0)  # outside a context: rank 1 now, from the environment
+    monkeypatch.setenv("RANK", "0")
+    with distributed():
+        report(4, loss=1.0)  # a new context reads the environment again
+    assert [line["step"] for line in read_lines(other)] == [4]
+    assert len(read_lines(events_file)) == 3
+
+
 def test_each_call_writes_its_line_before_it_returns(events_file: Path) -> None:
     for step in range(500):
         report(step, 0, loss=0.5, accuracy=0.75)
