@@ -6,10 +6,11 @@ its speed does not hang on how two ranks share two cores), `report()`s 20 metric
   the worker stores = points ÷ (the moment all are in the database − the first write);
 - alternating: phases of N steps cycling through reporting off, written (each line before
   report() returns, the default), off, queued (`queue_reports`: the SDK's thread writes the
-  lines) in the same process; the step rate of each "on" phase ÷ the "off" phase before it,
-  median of the pairs, for each way (side by side at a one-second scale, so the other loads
-  of this shared machine hit both alike). The program also times what it spends inside
-  `report()`.
+  lines), off, plain (the program appends the same line to the events file itself:
+  json.dumps and one unbuffered write, no SDK) in the same process; the step rate of each "on" phase
+  ÷ the mean of the "off" phases either side of it, median of those ratios, for each way
+  (side by side at a sub-second scale, so the other loads of this shared machine and their
+  drift hit both alike). The program also times what it spends reporting.
 
 P4b: rank-0 write (`ts` in the events line) → receipt by an SSE client of
 `GET /v1/jobs/{id}/events`, at 20 lines/s.
@@ -38,17 +39,20 @@ from tests.support.stack import Stack
 METRICS_PER_STEP = 20
 SUSTAINED_WIDTH = 1024  # about 2 ms a step on one core here: ~10,000 points/s offered
 ALTERNATING_WIDTH = 1200  # about 2.5 ms a step: ~8,000 points/s while reporting
+CYCLE = ("off", "written", "off", "queued", "off", "plain")  # the alternating run's phases
 NO_CHECKPOINTS = {"every_epochs": None, "every_steps": None}
 
 TRAIN_SOURCE = '''\
 """Launchbay bench P4a: a one-rank step loop that reports METRICS metrics a step.
 
-argv: steps warmup metrics width phase_steps. With phase_steps = 0 it reports every step,
-each line written before report() returns; else phases of phase_steps steps cycle through
-off, written, off, queued (`queue_reports`), and each phase is timed. Timings go to
+argv: steps warmup metrics width phase_steps cycle. With phase_steps = 0 it reports every
+step, each line written before report() returns; else phases of phase_steps steps go through
+the comma-separated modes of cycle: off, written, queued (`queue_reports`) or plain (the same
+line appended by hand to the events file, no SDK), and each phase is timed. Timings go to
 bench_result.json in the working directory.
 """
 import json
+import os
 import sys
 import time
 
@@ -57,11 +61,9 @@ from torch import nn
 
 from jobs import runtime as lb
 
-CYCLE = ("off", "written", "off", "queued")
-
-
 def main() -> None:
     steps, warmup, metrics, width, phase_steps = (int(a) for a in sys.argv[1:6])
+    cycle = sys.argv[6].split(",")
     names = [f"m{i:02d}" for i in range(metrics)]
     phases = []
     with lb.distributed() as ctx:
@@ -72,9 +74,10 @@ def main() -> None:
         x, y = torch.randn(32, width), torch.randn(32, 1)
         length = phase_steps or steps
         mode = "off"
+        plain = open(os.environ["LAUNCHBAY_EVENTS_FILE"], "ab", buffering=0)
         for step in range(1, warmup + steps + 1):
             if step > warmup and (step - warmup - 1) % length == 0:
-                mode = CYCLE[len(phases) % 4] if phase_steps else "written"
+                mode = cycle[len(phases) % len(cycle)] if phase_steps else "written"
                 lb.queue_reports(0.05 if mode == "queued" else None)
                 phases.append({"mode": mode, "steps": 0, "s": 0.0, "report_s": 0.0})
                 started = time.perf_counter()
@@ -83,13 +86,25 @@ def main() -> None:
             loss.backward()
             optimizer.step()
             value = loss.item()
-            if mode != "off":
+            if mode == "plain":
+                before = time.perf_counter()
+                line = {
+                    "type": "metric",
+                    "step": step,
+                    "epoch": 1,
+                    "metrics": {n: value + i for i, n in enumerate(names)},
+                    "ts": time.time(),
+                }
+                plain.write((json.dumps(line) + "\\n").encode())
+                phases[-1]["report_s"] += time.perf_counter() - before
+            elif mode != "off":
                 before = time.perf_counter()
                 lb.report(step, 1, **{n: value + i for i, n in enumerate(names)})
                 phases[-1]["report_s"] += time.perf_counter() - before
             if step > warmup:
                 phases[-1]["steps"] += 1
                 phases[-1]["s"] = time.perf_counter() - started
+        plain.close()
     with open("bench_result.json", "w") as out:
         json.dump({"phases": phases}, out)
 
@@ -119,7 +134,7 @@ with open(os.environ["LAUNCHBAY_EVENTS_FILE"], "ab", buffering=0) as events:
 
 @dataclass
 class Phase:
-    mode: str  # off, written (each line before report() returns) or queued (queue_reports)
+    mode: str  # off, written (report(), the default), queued (queue_reports) or plain (by hand)
     steps: int
     seconds: float
     report_s: float
@@ -180,11 +195,15 @@ def run_training(
     width: int,
     phase_steps: int = 0,
     warmup: int = 100,
+    poll_s: float = 0.1,
 ) -> TrainingRun:
     spec = {
         "name": f"p4a-{'alternating' if phase_steps else 'sustained'}",
         "code": {"code_id": code_id, "entrypoint": "train.py"},
-        "args": [str(a) for a in (steps, warmup, METRICS_PER_STEP, width, phase_steps)],
+        "args": [
+            *(str(a) for a in (steps, warmup, METRICS_PER_STEP, width, phase_steps)),
+            ",".join(CYCLE),
+        ],
         "nproc_per_node": 1,
         "checkpoint": NO_CHECKPOINTS,
     }
@@ -208,7 +227,7 @@ def run_training(
             break
         if time.monotonic() > deadline:
             raise RuntimeError(f"P4a job {job_id} did not end: {job}")
-        time.sleep(0.1)
+        time.sleep(poll_s)
     if job["state"] != JobState.SUCCEEDED:
         raise RuntimeError(f"P4a job {job_id} ended {job['state']}: {job['message']}")
     run_dir = stack.data_dir / "runs" / job_id / "attempt-1"
@@ -274,38 +293,48 @@ def sse_latencies(
     return latencies, early
 
 
+MODES = {
+    "written": ("P4a′", "each line written before report() returns (the default)"),
+    "queued": ("P4a″", "lines queued, written by the SDK's thread every 0.05 s (queue_reports)"),
+    "plain": (
+        "P4a‴",
+        "the same line appended to the events file by the program itself (json.dumps + one "
+        "unbuffered write, no SDK): what any script pays to write each line at once",
+    ),
+}
+
+
 def reporting_cost(run: TrainingRun, mode: str, phase_steps: int) -> Result:
-    """P4a′ (written) or P4a″ (queued): each `mode` phase's step rate ÷ the off phase's before."""
-    pairs = [
-        (on, off)
-        for off, on in zip(run.phases, run.phases[1:], strict=False)
-        if on.mode == mode and off.mode == "off"
+    """Each `mode` phase's step rate ÷ the mean rate of the off phases either side of it."""
+    flanked = [
+        (on, (before.rate + after.rate) / 2)
+        for before, on, after in zip(run.phases, run.phases[1:], run.phases[2:], strict=False)
+        if on.mode == mode and before.mode == after.mode == "off"
     ]
-    ratios = [on.rate / off.rate for on, off in pairs]
+    ratios = [on.rate / off_rate for on, off_rate in flanked]
     ratio = median(ratios)
-    on_rate = median([on.rate for on, _ in pairs])
+    on_rate = median([on.rate for on, _ in flanked])
     on_points = METRICS_PER_STEP * on_rate
-    report_share = sum(on.report_s for on, _ in pairs) / sum(on.seconds for on, _ in pairs)
-    what = {
-        "written": "each line written before report() returns (the default)",
-        "queued": "lines queued, written by the SDK's thread every 0.05 s (queue_reports)",
-    }[mode]
+    report_share = sum(on.report_s for on, _ in flanked) / sum(on.seconds for on, _ in flanked)
+    row_id, what = MODES[mode]
+    goal_holds = ratio >= 0.99 and on_points >= 5000
     return Result(
-        "P4a′" if mode == "written" else "P4a″",
+        row_id,
         f"step rate with reporting on ÷ off, same process, alternating phases: {what}",
-        f"{ratio:.3f} (median of {len(ratios)} pairs, range {min(ratios):.3f}–"
-        f"{max(ratios):.3f}; {on_rate:.0f} vs {median([off.rate for _, off in pairs]):.0f} "
-        f"steps/s, {on_points:,.0f} points/s while on; report() itself "
+        f"{ratio:.3f} (median of {len(ratios)} phases, range {min(ratios):.3f}–"
+        f"{max(ratios):.3f}; {on_rate:.0f} vs {median([off for _, off in flanked]):.0f} "
+        f"steps/s, {on_points:,.0f} points/s while on; reporting itself "
         f"{100 * report_share:.2f} % of the step time)",
-        "≥ 0.99 at ≥ 5,000 points/s",
-        ratio >= 0.99 and on_points >= 5000,
-        f"phases of {phase_steps} steps cycling off, written, off, queued; 1 rank, width "
-        f"{ALTERNATING_WIDTH}; 2 cores shared with the worker, API, Redis and this script",
+        "report" if mode == "plain" else "≥ 0.99 at ≥ 5,000 points/s",
+        None if mode == "plain" else goal_holds,
+        f"phases of {phase_steps} steps cycling {', '.join(CYCLE)}; each on phase ÷ the mean "
+        f"of the off phases either side; 1 rank, width {ALTERNATING_WIDTH}; 2 cores shared "
+        "with the worker, API, Redis and this script",
     )
 
 
-def run(sustained_rounds: int = 2, pairs: int = 30, phase_steps: int = 150) -> list[Result]:
-    """`pairs` (off, on) pairs for each way of reporting."""
+def run(sustained_rounds: int = 2, rounds: int = 30, phase_steps: int = 100) -> list[Result]:
+    """`rounds` cycles of CYCLE: that many on phases for each way of reporting."""
     with running_stack() as stack, stack.client() as http:
         train_code = upload_code(http, "train.py", TRAIN_SOURCE)
         lines_code = upload_code(http, "lines.py", SSE_SOURCE)
@@ -317,9 +346,10 @@ def run(sustained_rounds: int = 2, pairs: int = 30, phase_steps: int = 150) -> l
             http,
             stack,
             train_code,
-            steps=4 * pairs * phase_steps,
+            steps=(len(CYCLE) * rounds + 1) * phase_steps,  # ends with an off phase
             width=ALTERNATING_WIDTH,
             phase_steps=phase_steps,
+            poll_s=1.0,  # fewer of this script's own requests beside the rank
         )
         latencies, early = sse_latencies(http, lines_code, count=240, rate=20.0)
     for r in [*sustained, alternating]:
@@ -352,8 +382,7 @@ def run(sustained_rounds: int = 2, pairs: int = 30, phase_steps: int = 150) -> l
             f"{sustained[0].points:,} points a run counted back via GET …/metrics; "
             "polled every 0.1 s",
         ),
-        reporting_cost(alternating, "written", phase_steps),
-        reporting_cost(alternating, "queued", phase_steps),
+        *(reporting_cost(alternating, mode, phase_steps) for mode in MODES),
         Result(
             "P4b",
             "rank-0 write (line ts) → SSE client receipt, GET /v1/jobs/{id}/events, 20 lines/s",
