@@ -16,6 +16,7 @@ BENCHMARKS = {
     "metrics": "bench.p4_metrics",
     "download": "bench.p5_download",
     "queue": "bench.p6_queue",
+    "gpu": "bench.p7_gpu",
 }
 
 
