@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.names or list(BENCHMARKS):
         module = importlib.import_module(BENCHMARKS[name])
         print(f"bench: running {name} ...", file=sys.stderr, flush=True)
+        began = time.monotonic()
         results.extend(module.run())
+        print(f"bench: {name} took {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
     table = "\n".join([TABLE_HEADER, *(r.row() for r in results)])
     header = (
         f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine_line()}; "

@@ -44,7 +44,7 @@ def in_turn(i: int, bare_run: Callable[[], None], lb_run: Callable[[], None]) ->
         one()
 
 
-def run(rounds: int = 5, one_rank_rounds: int = 4, startup_rounds: int = 9) -> list[Result]:
+def run(rounds: int = 5, one_rank_rounds: int = 4, startup_rounds: int = 7) -> list[Result]:
     scratch = Path(tempfile.mkdtemp(prefix="launchbay-bench-p1-"))
     bare_speed: list[float] = []
     lb_speed: list[float] = []

@@ -123,9 +123,9 @@ def queue_reports(flush_s: float | None = 0.05) -> None:
     """From now on, report() queues its lines and a thread writes them every `flush_s`
     seconds (None: each line is written before report() returns, the default).
 
-    For reporting many metrics every step: it about halves what reporting costs the
-    training loop (docs/benchmarks.md, P4a″). The price: lines still queued when the rank is
-    killed outright are lost.
+    For reporting many metrics every step: it cuts what reporting costs the training loop
+    to about a third (docs/benchmarks.md, P4a″). The price: lines still queued when the rank
+    is killed outright are lost.
     """
     global _flush_s
     if flush_s is not None and not 0 < flush_s <= 10:
