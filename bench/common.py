@@ -7,7 +7,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +20,8 @@ from tests.support.services import private_redis
 from tests.support.stack import Stack
 
 MARKER = uuid.uuid4().hex
+# A job's `checkpoint` policy that saves none: the benchmarks time training, not saving.
+NO_CHECKPOINTS: dict[str, Any] = {"every_epochs": None, "every_steps": None}
 
 
 @dataclass
@@ -94,7 +96,7 @@ def bare_torchrun(
         "LAUNCHBAY_EVENTS_FILE": str(events),
         "LAUNCHBAY_CHECKPOINT_DIR": str(workdir / "checkpoints"),
         "LAUNCHBAY_CONFIG": json.dumps(config),
-        "LAUNCHBAY_CHECKPOINT": json.dumps({"every_epochs": None, "every_steps": None}),
+        "LAUNCHBAY_CHECKPOINT": json.dumps(NO_CHECKPOINTS),
         "OMP_NUM_THREADS": "1",
         "PYTHONUNBUFFERED": "1",
     }
@@ -117,6 +119,17 @@ def _base_env() -> dict[str, str]:
     import os
 
     return {**os.environ, SESSION_MARKER: MARKER}
+
+
+def recipe_spec(name: str, recipe: str, config: Mapping[str, Any], nproc: int) -> dict[str, Any]:
+    """The job spec of a built-in recipe that saves no checkpoints."""
+    return {
+        "name": name,
+        "recipe": recipe,
+        "nproc_per_node": nproc,
+        "config": config,
+        "checkpoint": NO_CHECKPOINTS,
+    }
 
 
 def submit_and_wait(

@@ -9,7 +9,7 @@ to pair.
 """
 
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import (
@@ -18,6 +18,7 @@ from bench.common import (
     first_step_ts,
     job_events,
     median,
+    recipe_spec,
     running_stack,
     steps_per_second,
     submit_and_wait,
@@ -25,17 +26,6 @@ from bench.common import (
 
 THROUGHPUT_CONFIG = {"epochs": 40, "log_every_steps": 10}
 STARTUP_CONFIG = {"epochs": 1, "log_every_steps": 1}
-NO_CHECKPOINTS = {"every_epochs": None, "every_steps": None}
-
-
-def spec(name: str, recipe: str, config: Mapping[str, object], nproc: int = 2) -> dict[str, object]:
-    return {
-        "name": name,
-        "recipe": recipe,
-        "nproc_per_node": nproc,
-        "config": config,
-        "checkpoint": NO_CHECKPOINTS,
-    }
 
 
 def in_turn(i: int, bare_run: Callable[[], None], lb_run: Callable[[], None]) -> None:
@@ -61,7 +51,7 @@ def run(rounds: int = 5, one_rank_rounds: int = 4, startup_rounds: int = 7) -> l
                 bare.append(steps_per_second(events))
 
             def lb_run() -> None:
-                job_spec = spec("p1", "digits", THROUGHPUT_CONFIG, nproc)
+                job_spec = recipe_spec("p1", "digits", THROUGHPUT_CONFIG, nproc)
                 _, job = submit_and_wait(http, stack, job_spec)
                 lb.append(steps_per_second(job_events(stack, job["id"])))
 
@@ -74,7 +64,8 @@ def run(rounds: int = 5, one_rank_rounds: int = 4, startup_rounds: int = 7) -> l
                 bare_start.append(first_step_ts(events) - start)
 
             def lb_run() -> None:
-                start, job = submit_and_wait(http, stack, spec("p2", "synthetic", STARTUP_CONFIG))
+                job_spec = recipe_spec("p2", "synthetic", STARTUP_CONFIG, 2)
+                start, job = submit_and_wait(http, stack, job_spec)
                 lb_start.append(first_step_ts(job_events(stack, job["id"])) - start)
 
             in_turn(i, bare_run, lb_run)

@@ -25,6 +25,7 @@ import httpx
 import psutil
 
 from bench.common import (
+    NO_CHECKPOINTS,
     Result,
     SseParser,
     job_events,
@@ -40,7 +41,6 @@ METRICS_PER_STEP = 20
 SUSTAINED_WIDTH = 1024  # about 2 ms a step on one core here: ~10,000 points/s offered
 ALTERNATING_WIDTH = 1200  # about 2.5 ms a step: ~8,000 points/s while reporting
 CYCLE = ("off", "written", "off", "queued", "off", "plain")  # the alternating run's phases
-NO_CHECKPOINTS = {"every_epochs": None, "every_steps": None}
 
 TRAIN_SOURCE = '''\
 """Launchbay bench P4a: a one-rank step loop that reports METRICS metrics a step.
@@ -86,20 +86,15 @@ def main() -> None:
             loss.backward()
             optimizer.step()
             value = loss.item()
-            if mode == "plain":
+            if mode != "off":
                 before = time.perf_counter()
-                line = {
-                    "type": "metric",
-                    "step": step,
-                    "epoch": 1,
-                    "metrics": {n: value + i for i, n in enumerate(names)},
-                    "ts": time.time(),
-                }
-                plain.write((json.dumps(line) + "\\n").encode())
-                phases[-1]["report_s"] += time.perf_counter() - before
-            elif mode != "off":
-                before = time.perf_counter()
-                lb.report(step, 1, **{n: value + i for i, n in enumerate(names)})
+                values = {n: value + i for i, n in enumerate(names)}
+                if mode == "plain":
+                    line = {"type": "metric", "step": step, "epoch": 1, "metrics": values}
+                    line["ts"] = time.time()
+                    plain.write((json.dumps(line) + "\\n").encode())
+                else:
+                    lb.report(step, 1, **values)
                 phases[-1]["report_s"] += time.perf_counter() - before
             if step > warmup:
                 phases[-1]["steps"] += 1

@@ -27,7 +27,7 @@ from rq import Queue
 from rq.job import Job as RQJob
 from rq.job import JobStatus
 
-from bench.common import MARKER, Result, birth_time, median, running_stack
+from bench.common import MARKER, NO_CHECKPOINTS, Result, birth_time, median, running_stack
 from jobs.states import JobState
 from service.queue import rq_job_id
 from tests.support.procs import SESSION_MARKER, start, stop
@@ -40,7 +40,7 @@ SPEC = {
     "recipe": "synthetic",
     "nproc_per_node": 1,
     "config": {"epochs": 1, "num_samples": 64},
-    "checkpoint": {"every_epochs": None, "every_steps": None},
+    "checkpoint": NO_CHECKPOINTS,
 }
 
 

@@ -22,7 +22,15 @@ from typing import Any
 
 import httpx
 
-from bench.common import Result, job_events, median, running_stack, steps_per_second
+from bench.common import (
+    Result,
+    job_events,
+    median,
+    recipe_spec,
+    running_stack,
+    steps_per_second,
+    submit_and_wait,
+)
 from tests.support.stack import Stack
 
 RECIPES = {  # as shipped (batch size, model), for a bounded number of steps
@@ -120,22 +128,12 @@ def checkpoint_stalls(events: list[dict[str, Any]]) -> tuple[list[float], float]
 
 
 def job_spec(target: Target, recipe: str, config: dict[str, Any], amp: str) -> dict[str, Any]:
-    return {
-        "name": f"p7-{recipe}-{amp}",
-        "recipe": recipe,
-        "nproc_per_node": target.nproc,
-        "device": target.device,
-        "backend": target.backend,
-        "amp": amp,
-        "config": config,
-        "checkpoint": {"every_epochs": None, "every_steps": None},
-    }
+    spec = recipe_spec(f"p7-{recipe}-{amp}", recipe, config, target.nproc)
+    return {**spec, "device": target.device, "backend": target.backend, "amp": amp}
 
 
 def run_job(http: httpx.Client, stack: Stack, spec: dict[str, Any]) -> list[dict[str, Any]]:
-    response = http.post("/v1/jobs", json=spec)
-    response.raise_for_status()
-    job = stack.wait_for_state(http, response.json()["id"], {"succeeded"}, timeout=600)
+    _, job = submit_and_wait(http, stack, spec)
     return job_events(stack, job["id"])
 
 
