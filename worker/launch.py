@@ -236,6 +236,7 @@ def build_env(
             "LAUNCHBAY_ATTEMPT": str(attempt),
             "LAUNCHBAY_EVENTS_FILE": str(paths.events_file),
             "LAUNCHBAY_CHECKPOINT_DIR": str(paths.checkpoint_dir),
+            "LAUNCHBAY_LOG_DIR": str(paths.log_dir),
             "LAUNCHBAY_CONFIG": json.dumps(spec.config, separators=(",", ":")),
             "LAUNCHBAY_AMP": spec.amp,
             "LAUNCHBAY_DEVICE": "cuda" if uses_cuda else "cpu",

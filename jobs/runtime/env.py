@@ -27,6 +27,8 @@ DEVICE = "LAUNCHBAY_DEVICE"
 BACKEND = "LAUNCHBAY_BACKEND"
 CHECKPOINT = "LAUNCHBAY_CHECKPOINT"
 COLLECTIVE_TIMEOUT_S = "LAUNCHBAY_COLLECTIVE_TIMEOUT_S"
+# The attempt's log directory: each rank's log and error record (worker/rank_main.py).
+LOG_DIR = "LAUNCHBAY_LOG_DIR"
 
 AmpMode = Literal["none", "fp16", "bf16"]
 DeviceChoice = Literal["auto", "cpu", "cuda"]
@@ -109,6 +111,11 @@ def events_file() -> str | None:
 def checkpoint_dir() -> Path:
     """Where checkpoints go: LAUNCHBAY_CHECKPOINT_DIR, else ./checkpoints for a local run."""
     return Path(_get(CHECKPOINT_DIR) or DEFAULT_CHECKPOINT_DIR)
+
+
+def log_dir() -> Path | None:
+    raw = _get(LOG_DIR)
+    return Path(raw) if raw else None
 
 
 def resume_from() -> Path | None:
