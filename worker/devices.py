@@ -89,7 +89,8 @@ def probe_cuda(
 ) -> CudaInfo:
     """Ask a short-lived interpreter what CUDA devices it sees (in PCI bus order), and their
     UUIDs. What it says on stderr (torch's "CUDA initialization: ..." warning, a driver or
-    library error) is logged, and kept as the answer's `error` when CUDA is not usable."""
+    library error) is logged, and kept as the answer's `error` when CUDA is not usable.
+    `environ` is the environment it runs in (default this process's)."""
     env = {**(os.environ if environ is None else environ), DEVICE_ORDER_ENV: DEVICE_ORDER}
     try:
         answer = subprocess.run(
@@ -108,8 +109,10 @@ def probe_cuda(
         return CudaInfo(False, 0, error=stderr or str(exc))
     info = CudaInfo(bool(available), int(count), tuple(str(u) for u in uuids or ()))
     if not (info.available and info.device_count):
+        # Not a warning by itself: most machines without CUDA have no GPU either. A worker
+        # that should have GPUs says it again, louder (`check_cuda_usable`).
         if stderr:
-            log.warning("torch finds no usable CUDA device: %s", stderr)
+            log.info("torch finds no usable CUDA device: %s", stderr)
         return CudaInfo(False, 0, error=stderr)
     if stderr:
         log.info("the CUDA probe said: %s", stderr)

@@ -177,7 +177,7 @@ def fake_probe(stdout: str, stderr: str = "", status: int = 0) -> str:
 def test_a_probe_that_finds_no_cuda_says_why_in_the_log(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="worker.devices"):
+    with caplog.at_level(logging.INFO, logger="worker.devices"):
         info = probe_cuda(code=fake_probe("[false, 0, []]", DRIVER_TOO_OLD))
     assert (info.available, info.device_count, info.uuids) == (False, 0, ())
     assert DRIVER_TOO_OLD in info.error
