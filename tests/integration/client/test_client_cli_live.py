@@ -29,7 +29,7 @@ def launchbay(url: str, *args: str, token: str | None = ADMIN_TOKEN) -> Result:
 
 def submitted(live_api: LiveApi) -> str:
     with live_api.client() as lb:
-        return str(lb.submit(SPEC)["id"])
+        return str(lb.submit_job(SPEC)["id"])
 
 
 def test_submit_list_status_cancel(live_api: LiveApi, tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ def test_the_cli_creates_lists_and_revokes_tokens(live_api: LiveApi) -> None:
     assert "alice" in table and token not in table
 
     with live_api.client(token=token) as lb:
-        job_id = lb.submit(SPEC)["id"]
+        job_id = lb.submit_job(SPEC)["id"]
         with pytest.raises(Forbidden):
             lb.list_tokens()
     forbidden = launchbay(live_api.url, "token", "list", token=token)
