@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
-from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -40,7 +39,7 @@ def plain(value: Any) -> Any:
 
 def new_table(caption: str | None = None) -> Table:
     return Table(
-        box=box.SIMPLE_HEAD,
+        box=None,
         caption=caption,
         caption_justify="left",
         pad_edge=False,
@@ -79,25 +78,34 @@ def format_age(timestamp: str | None, now: datetime | None = None) -> str:
     return f"{seconds}s"
 
 
-def jobs_table(jobs: list[dict[str, Any]], total: int | None = None) -> Table:
-    table = new_table(f"{len(jobs)} of {total} jobs" if total is not None else None)
-    table.add_column("id", no_wrap=True, min_width=32)
-    table.add_column("name", no_wrap=True, overflow="ellipsis", ratio=1, min_width=6)
-    table.add_column("state", no_wrap=True, min_width=10)
-    table.add_column("step", justify="right", no_wrap=True)
-    table.add_column("loss", justify="right", no_wrap=True)
-    table.add_column("age", justify="right", no_wrap=True)
+def jobs_table(jobs: list[dict[str, Any]], total: int | None = None, width: int = 80) -> Table:
+    """Jobs, one line each within `width` columns: the name gives way (cut with `…`)."""
+    rows = []
     for job in jobs:
         progress = job.get("progress") or {}
         metrics = job.get("latest_metrics") or {}
-        table.add_row(
-            job.get("id", ""),
-            job.get("name", ""),
-            state_text(job.get("state")),
-            format_number(progress.get("step")),
-            format_number(metrics.get("loss")),
-            format_age(job.get("created_at")),
+        rows.append(
+            (
+                str(job.get("id", "")),
+                str(job.get("name", "")),
+                state_text(job.get("state")),
+                format_number(progress.get("step")),
+                format_number(metrics.get("loss")),
+                format_age(job.get("created_at")),
+            )
         )
+    headers = ("id", "name", "state", "step", "loss", "age")
+    widths = [max([len(h), *(len(str(r[i])) for r in rows)]) for i, h in enumerate(headers)]
+    name_width = max(8, width - (sum(widths) - widths[1]) - 2 * (len(headers) - 1))
+    table = new_table(f"{len(jobs)} of {total} jobs" if total is not None else None)
+    table.add_column("id", no_wrap=True)
+    table.add_column("name", no_wrap=True, overflow="ellipsis", max_width=name_width)
+    table.add_column("state", no_wrap=True)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("loss", justify="right", no_wrap=True)
+    table.add_column("age", justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
@@ -164,27 +172,38 @@ def records_table(records: list[dict[str, Any]], columns: list[str] | None = Non
             columns.extend(key for key in record if key not in columns)
     table = new_table()
     for column in columns:
-        table.add_column(column, overflow="fold", min_width=len(column))
+        table.add_column(column, overflow="fold", min_width=min(len(column), 12))
     for record in records:
         table.add_row(*(_cell(record.get(column), column) for column in columns))
     return table
 
 
 def workers_table(workers: list[dict[str, Any]]) -> Table:
+    """Workers at 80 columns: the job column says `idle` or the whole id of the job run."""
     table = new_table()
-    for column in ("name", "queues", "devices", "state", "heartbeat", "job"):
-        table.add_column(column, overflow="fold", min_width=len(column))
+    table.add_column("name", overflow="fold")
+    table.add_column("queues")
+    table.add_column("devices", no_wrap=True)
+    table.add_column("heartbeat", no_wrap=True, justify="right")
+    table.add_column("job", no_wrap=True)
     for worker in workers:
         current = worker.get("current_job") or {}
         table.add_row(
             str(worker.get("name", "")),
-            _cell(worker.get("queues")),
-            _cell(worker.get("devices")),
-            str(worker.get("state", "")),
+            ", ".join(str(q) for q in worker.get("queues") or []),
+            format_devices(worker.get("devices") or []),
             format_age(worker.get("last_heartbeat")) + " ago",
-            str(current.get("id") or ""),
+            str(current.get("id") or worker.get("state") or ""),
         )
     return table
+
+
+def format_devices(devices: list[str]) -> str:
+    """`["cpu:0", "cpu:1"]` → `2 cpu`; CUDA ids → `gpu 0,1`."""
+    cpus = [d for d in devices if str(d).startswith("cpu:")]
+    if cpus and len(cpus) == len(devices):
+        return f"{len(cpus)} cpu"
+    return "gpu " + ",".join(str(d) for d in devices) if devices else ""
 
 
 def checkpoint_marks(

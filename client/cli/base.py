@@ -7,6 +7,7 @@ from typing import Any, NoReturn
 
 import httpx
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from typer.core import TyperGroup
 
@@ -49,11 +50,11 @@ class CliState:
 def out() -> Console:
     """Standard output. Markup is off, so user text (`[bold]` in a log line or a job's name)
     prints as written; colour only on a terminal, never with NO_COLOR (rich reads both)."""
-    return Console(markup=False, highlight=False, soft_wrap=True)
+    return Console(markup=False, emoji=False, highlight=False, soft_wrap=True)
 
 
 def err() -> Console:
-    return Console(stderr=True, markup=False, highlight=False, soft_wrap=True)
+    return Console(stderr=True, markup=False, emoji=False, highlight=False, soft_wrap=True)
 
 
 class LaunchbayGroup(TyperGroup):
@@ -76,6 +77,8 @@ class LaunchbayGroup(TyperGroup):
             fail(f"error {exc.code}: {exc.message}")
         except (LaunchbayClientError, SpecFileError, OSError) as exc:
             fail(f"error: {exc}")
+        except ValidationError as exc:
+            fail(f"error: the API's answer does not match this client's records: {exc}")
         except KeyboardInterrupt:
             fail("interrupted", EXIT_INTERRUPTED)
 

@@ -91,7 +91,8 @@ def list_jobs(
     if as_json:
         print_json(page)
     else:
-        out().print(render.jobs_table(render.plain(page.items), page.total))
+        console = out()
+        console.print(render.jobs_table(render.plain(page.items), page.total, console.width))
 
 
 @app.command()
