@@ -45,6 +45,11 @@ class FakeApi:
         self._answers[(method, path)].extend(answers)
         return self
 
+    def replace(self, method: str, path: str, *answers: Answer) -> "FakeApi":
+        """Forget the route's answers so far; answer with these from now on."""
+        self._answers[(method, path)] = list(answers)
+        return self
+
     def sent(self, method: str, path: str) -> list[httpx.Request]:
         return [r for r in self.requests if r.method == method and r.url.path == path]
 

@@ -118,13 +118,29 @@ def test_default_name_goes_into_a_directory(api: FakeApi, lb: Client, tmp_path: 
 def test_gives_up_after_repeated_disconnects_keeping_the_part(
     api: FakeApi, lb: Client, tmp_path: Path
 ) -> None:
-    def always_broken(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"ETag": ETAG}, stream=BrokenStream(b""))
+    first = FileServer(cut_at=1000)
 
-    api.on("GET", URL, always_broken)
+    def breaks_at_once(request: httpx.Request) -> httpx.Response:
+        start = int(request.headers["Range"].removeprefix("bytes=").rstrip("-"))
+        headers = {"ETag": ETAG, "Content-Range": f"bytes {start}-{len(BLOB) - 1}/{len(BLOB)}"}
+        return httpx.Response(206, headers=headers, stream=BrokenStream(b""))
+
+    api.on("GET", URL, first, breaks_at_once)
+    target = tmp_path / "m.pt"
     with pytest.raises(Exception, match="cannot reach Launchbay"):
-        lb.download_checkpoint("j1", "latest", tmp_path / "m.pt")
+        lb.download_checkpoint("j1", "latest", target)
     assert len(api.requests) == lb.retries + 1
+    assert [r.headers.get("Range") for r in api.requests[1:]] == ["bytes=1000-"] * lb.retries
+    part = tmp_path / "m.pt.part"
+    assert part.read_bytes() == BLOB[:1000]  # what arrived is kept, nothing else
+    assert not target.exists()
+
+    # The next call goes on from the part.
+    api.requests.clear()
+    api.replace("GET", URL, FileServer())
+    assert lb.download_checkpoint("j1", "latest", target).read_bytes() == BLOB
+    assert [r.headers.get("Range") for r in api.requests] == ["bytes=1000-"]
+    assert not part.exists()
 
 
 def test_missing_checkpoint_is_not_found(api: FakeApi, lb: Client, tmp_path: Path) -> None:
