@@ -380,3 +380,130 @@ def test_a_multi_node_job_shows_its_nodes_and_labels_ranks_by_node(
     assert sorted(label.split("/")[1] for label in labels) == ["rank 0", "rank 1"]
     assert not severe_console_entries(driver)
     save_screenshot(driver, "dashboard-multi-node.png")
+
+
+def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "WebDriver") -> None:
+    """Two short runs that differ in `lr`, and a job that cannot launch (3 ranks on a worker
+    of 2 slots at most): the jobs list says why it failed and filters; the compare view
+    overlays their metrics and shows the spec's difference; the failed job's ranks say they
+    wrote nothing; the worker's healthcheck passes against the live worker."""
+    import subprocess
+    import sys
+
+    from selenium.webdriver.common.by import By
+
+    base = {"name": "cmp", "recipe": "synthetic", "nproc_per_node": 1, "tags": {"sweep": "lr"}}
+    config = {"epochs": 1, "num_samples": 256, "log_every_steps": 2}
+    with sqlite_stack.client() as http:
+        runs = [
+            http.post("/v1/jobs", json={**base, "config": {**config, "lr": lr}}).json()["id"]
+            for lr in (0.05, 0.2)
+        ]
+        broken_spec = {"name": "too-wide", "recipe": "synthetic", "nproc_per_node": 64}
+        broken = http.post("/v1/jobs", json=broken_spec).json()["id"]
+        failed = sqlite_stack.wait_for_state(http, broken, {"failed"})
+        for job_id in runs:
+            sqlite_stack.wait_for_state(http, job_id, {"succeeded"})
+    assert failed["exit_reason"] == "launch_error" and failed["message"]
+
+    check = subprocess.run(
+        [sys.executable, "-m", "client.cli", "worker", "--check"],
+        env=sqlite_stack.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stderr
+    assert "heart-beat" in check.stdout
+
+    driver = browser
+    sign_in(driver, sqlite_stack, sqlite_stack.admin_token)
+    wait("the jobs page", lambda: js(driver, "return !!document.querySelector('#jobs-body')"))
+    row = f"#jobs-body tr[data-job-id='{broken}']"
+    outcome = wait("the failed job's reason", lambda: text_of(driver, f"{row} .outcome"))
+    assert "launch_error" in outcome and failed["message"].splitlines()[0][:40] in outcome
+    age = js(driver, "return document.querySelector(arguments[0] + ' time').title", row)
+    assert age.endswith(" UTC") and age[:4].isdigit(), age
+
+    # Filter by name, then compare every run of that name.
+    fill(driver, "name-filter", "cmp\n")
+    wait(
+        "the name filter",
+        lambda: (
+            js(driver, "return document.querySelectorAll('#jobs-body tr').length") == 2
+            and "name=cmp" in driver.current_url
+        ),
+    )
+    driver.find_element(By.ID, "compare-all").click()
+    charts = "#compare-charts .chart[data-metric=loss]"
+    wait(
+        "the overlaid loss chart",
+        lambda: (
+            js(driver, "return document.querySelector(arguments[0])?.dataset.series", charts) == "2"
+        ),
+    )
+    diff = js(
+        driver,
+        "return [...document.querySelectorAll('#spec-diff tbody tr')]"
+        ".map(tr => [...tr.children].map(c => c.textContent.trim()))",
+    )
+    assert diff == [["config.lr", "0.05", "0.2"]], diff  # oldest run first
+    legend = js(
+        driver, "return document.querySelector(arguments[0]).textContent", f"{charts} .u-legend"
+    )
+    assert "cmp (" in legend and "--" not in legend, legend
+    save_screenshot(driver, "dashboard-compare.png")
+
+    # Or tick jobs on the list.
+    driver.get(f"{sqlite_stack.url}/#/jobs")
+    for job_id in (runs[0], broken):
+        wait(
+            "a row",
+            lambda j=job_id: driver.find_elements(By.CSS_SELECTOR, f"[data-job-id='{j}'] .pick"),
+        )[0].click()
+    driver.find_element(By.ID, "compare-selected").click()
+    wait(
+        "the compare page",
+        lambda: js(driver, "return document.querySelector('.compare-page')?.dataset.runs") == "2",
+    )
+    shown = js(driver, "return document.querySelector('#spec-diff').textContent")
+    assert "nproc_per_node164" in shown and "tags.sweeplr—" in shown, shown
+
+    # The failed job: its ranks wrote nothing, and say so; its id does not wrap.
+    driver.get(f"{sqlite_stack.url}/#/jobs/{broken}")
+    empty = wait("the empty rank's note", lambda: text_of(driver, "#log-empty"))
+    assert empty == "No output: this rank wrote nothing."
+    assert js(driver, "return document.querySelector('#log-pane').hidden") is True
+    assert (
+        js(driver, "return document.querySelector('.summary .job-id').getClientRects().length") == 1
+    )
+    created = js(
+        driver,
+        "return [...document.querySelectorAll('.summary-item')]"
+        ".find(i => i.querySelector('dt').textContent === 'Created').querySelector('dd').innerText",
+    )
+    assert created.endswith(" UTC") and created[:4].isdigit(), created
+
+    # The submit form: hints without backticks, and the checkpoint policy.
+    driver.get(f"{sqlite_stack.url}/#/submit")
+    wait("the recipe form", lambda: driver.find_elements(By.ID, "field-checkpoint-best_metric"))
+    assert "`" not in text_of(driver, "#form-mode")
+    fill(driver, "field-queue", "nobody")
+    fill(driver, "field-checkpoint-best_metric", "val_loss")
+    fill(driver, "field-checkpoint-keep_last", "2")
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element(By.ID, "field-checkpoint-best_mode")).select_by_value("min")
+    driver.find_element(By.CSS_SELECTOR, "#form-mode [data-action=submit]").click()
+    prefix = f"{sqlite_stack.url}/#/jobs/"
+    wait(
+        "the new job's page",
+        lambda: driver.current_url.startswith(prefix) and len(driver.current_url) > len(prefix),
+    )
+    with sqlite_stack.client() as http:
+        spec = http.get(f"/v1/jobs/{driver.current_url.removeprefix(prefix)}").json()["spec"]
+    assert spec["checkpoint"]["best_metric"] == "val_loss" and spec["checkpoint"]["keep_last"] == 2
+
+    driver.set_window_size(390, 844)
+    assert no_horizontal_overflow(driver), "the job page is wider than a phone screen"
+    assert severe_console_entries(driver) == []
