@@ -1,8 +1,10 @@
 """What the SDK returns: typed records of the API's answers (pydantic models).
 
-Each model mirrors one response schema of the API (`tests/integration/client/test_models_live.py`
-checks them against the live service's OpenAPI document, so they cannot drift). Fields the API
-adds later are kept (`extra="allow"`), so an older client still shows them in `model_dump()`.
+Each model mirrors one response schema of the API: a test checks them against the live
+service's OpenAPI document and its real answers
+(`tests/integration/client/test_client_models_live.py`), so they cannot drift. Fields the
+API adds later are kept (`extra="allow"`), so an older client still shows them in
+`model_dump()`.
 
     job = lb.get_job(job_id)
     job.state is JobState.SUCCEEDED     # enums from jobs.states

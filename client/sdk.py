@@ -96,6 +96,7 @@ class Client:
         self.close()
 
     def close(self) -> None:
+        """Close the connections (`with Client() as lb:` does it on leaving)."""
         self._http.close()
 
     # Jobs
@@ -109,6 +110,7 @@ class Client:
         return Job.model_validate(body)
 
     def get_job(self, job_id: str) -> Job:
+        """The job as it is now (NotFound for an unknown id, or another owner's job)."""
         return Job.model_validate(self._json("GET", http.job_path(job_id)))
 
     def list_jobs(
@@ -333,6 +335,7 @@ class Client:
         return http.items(self._json("GET", "/v1/tokens"), Token)
 
     def revoke_token(self, name: str) -> None:
+        """Revoke a token by name; requests carrying it are refused from now on."""
         self._json("DELETE", http.token_path(name))
 
     # Plumbing

@@ -5,6 +5,9 @@ installs the browser; without /usr/bin/chromium these tests skip, and only then.
 import base64
 import hashlib
 import os
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +20,7 @@ from tests.support.stack import Stack
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
 
+README = Path(__file__).resolve().parents[2] / "README.md"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(
@@ -382,28 +386,53 @@ def test_a_multi_node_job_shows_its_nodes_and_labels_ranks_by_node(
     save_screenshot(driver, "dashboard-multi-node.png")
 
 
+def readme_sdk_snippet() -> str:
+    section = README.read_text().split("## The Python SDK", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, "no python block under '## The Python SDK'"
+    return match.group(1)
+
+
 def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "WebDriver") -> None:
-    """Two short runs that differ in `lr`, and a job that cannot launch (3 ranks on a worker
-    of 2 slots at most): the jobs list says why it failed and filters; the compare view
-    overlays their metrics and shows the spec's difference; the failed job's ranks say they
-    wrote nothing; the worker's healthcheck passes against the live worker."""
-    import subprocess
-    import sys
-
+    """The README's SDK snippet, as written, run twice: the same outcome, two jobs. With a
+    third run of that name at another `lr`, and a job that cannot launch (64 ranks on a
+    worker of 2 slots): the jobs list says why that one failed and filters; the compare view
+    overlays the runs' metrics and shows the spec's difference; the failed job's ranks say
+    they wrote nothing; the worker's healthcheck passes against the live worker."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
 
-    base = {"name": "cmp", "recipe": "synthetic", "nproc_per_node": 1, "tags": {"sweep": "lr"}}
-    config = {"epochs": 1, "num_samples": 256, "log_every_steps": 2}
     with sqlite_stack.client() as http:
-        runs = [
-            http.post("/v1/jobs", json={**base, "config": {**config, "lr": lr}}).json()["id"]
-            for lr in (0.05, 0.2)
-        ]
+        other = {"name": "sdk-demo", "recipe": "synthetic", "nproc_per_node": 1}
+        other["config"] = {"epochs": 2, "num_samples": 256, "lr": 0.05}
+        first = http.post("/v1/jobs", json=other).json()["id"]
         broken_spec = {"name": "too-wide", "recipe": "synthetic", "nproc_per_node": 64}
         broken = http.post("/v1/jobs", json=broken_spec).json()["id"]
+    code = readme_sdk_snippet()
+    assert "idempotency_key" not in code  # no fixed key that would replay the first job
+    outputs = []
+    for _ in range(2):
+        run = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=sqlite_stack.root,
+            env=sqlite_stack.env(),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert run.returncode == 0, f"{run.stderr}\n--- workers\n{sqlite_stack.worker_logs()}"
+        outputs.append(run.stdout)
+    assert outputs[0] == outputs[1]  # seeded: the same curve, the same best checkpoint
+    lines = outputs[0].splitlines()
+    assert "succeeded completed" in lines and lines[-1].startswith("best checkpoint: step ")
+    assert any(line.startswith("step ") and " loss " in line for line in lines)
+    with sqlite_stack.client() as http:
+        runs = [
+            job["id"] for job in http.get("/v1/jobs", params={"name": "sdk-demo"}).json()["items"]
+        ]
+        assert len(runs) == 3 and runs[-1] == first  # two snippet runs, two jobs: none replayed
         failed = sqlite_stack.wait_for_state(http, broken, {"failed"})
-        for job_id in runs:
-            sqlite_stack.wait_for_state(http, job_id, {"succeeded"})
+        sqlite_stack.wait_for_state(http, first, {"succeeded"})
     assert failed["exit_reason"] == "launch_error" and failed["message"]
 
     check = subprocess.run(
@@ -426,12 +455,12 @@ def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "Web
     assert age.endswith(" UTC") and age[:4].isdigit(), age
 
     # Filter by name, then compare every run of that name.
-    fill(driver, "name-filter", "cmp\n")
+    fill(driver, "name-filter", "sdk-demo\n")
     wait(
         "the name filter",
         lambda: (
-            js(driver, "return document.querySelectorAll('#jobs-body tr').length") == 2
-            and "name=cmp" in driver.current_url
+            js(driver, "return document.querySelectorAll('#jobs-body tr').length") == 3
+            and "name=sdk-demo" in driver.current_url
         ),
     )
     driver.find_element(By.ID, "compare-all").click()
@@ -439,7 +468,7 @@ def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "Web
     wait(
         "the overlaid loss chart",
         lambda: (
-            js(driver, "return document.querySelector(arguments[0])?.dataset.series", charts) == "2"
+            js(driver, "return document.querySelector(arguments[0])?.dataset.series", charts) == "3"
         ),
     )
     diff = js(
@@ -447,16 +476,16 @@ def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "Web
         "return [...document.querySelectorAll('#spec-diff tbody tr')]"
         ".map(tr => [...tr.children].map(c => c.textContent.trim()))",
     )
-    assert diff == [["config.lr", "0.05", "0.2"]], diff  # oldest run first
+    assert diff == [["config.lr", "0.05", "0.1", "0.1"]], diff  # oldest run first
     legend = js(
         driver, "return document.querySelector(arguments[0]).textContent", f"{charts} .u-legend"
     )
-    assert "cmp (" in legend and "--" not in legend, legend
+    assert "sdk-demo (" in legend and "--" not in legend, legend
     save_screenshot(driver, "dashboard-compare.png")
 
     # Or tick jobs on the list.
     driver.get(f"{sqlite_stack.url}/#/jobs")
-    for job_id in (runs[0], broken):
+    for job_id in (first, broken):
         wait(
             "a row",
             lambda j=job_id: driver.find_elements(By.CSS_SELECTOR, f"[data-job-id='{j}'] .pick"),
@@ -467,7 +496,7 @@ def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "Web
         lambda: js(driver, "return document.querySelector('.compare-page')?.dataset.runs") == "2",
     )
     shown = js(driver, "return document.querySelector('#spec-diff').textContent")
-    assert "nproc_per_node164" in shown and "tags.sweeplr—" in shown, shown
+    assert "nproc_per_node164" in shown and "config.lr0.050.1" in shown, shown
 
     # The failed job: its ranks wrote nothing, and say so; its id does not wrap.
     driver.get(f"{sqlite_stack.url}/#/jobs/{broken}")
@@ -491,8 +520,6 @@ def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "Web
     fill(driver, "field-queue", "nobody")
     fill(driver, "field-checkpoint-best_metric", "val_loss")
     fill(driver, "field-checkpoint-keep_last", "2")
-    from selenium.webdriver.support.ui import Select
-
     Select(driver.find_element(By.ID, "field-checkpoint-best_mode")).select_by_value("min")
     driver.find_element(By.CSS_SELECTOR, "#form-mode [data-action=submit]").click()
     prefix = f"{sqlite_stack.url}/#/jobs/"
