@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -228,12 +230,40 @@ def checkpoint_marks(
     return marks
 
 
+def checkpoints_view(
+    checkpoints: list[dict[str, Any]], marks: dict[str, list[str]], console: Console
+) -> RenderableType:
+    """A table when it fits the console's width, else one short block per checkpoint."""
+    table = checkpoints_table(checkpoints, marks)
+    natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    if natural <= console.width:
+        return table
+    blocks: list[RenderableType] = []
+    for item in checkpoints:
+        metrics = item.get("metrics") or {}
+        blocks.append(
+            Text(
+                f"{item.get('id')}  {','.join(marks.get(str(item.get('id')), []))}".rstrip()
+                + f"\n  step {format_number(item.get('step'))}"
+                + f"  epoch {format_number(item.get('epoch'))}"
+                + f"  {format_size(item.get('size'))}  sha256 {str(item.get('sha256'))[:12]}"
+                + ("\n  " + _metrics_text(metrics) if metrics else "")
+            )
+        )
+    blocks.append(Text(f"{len(checkpoints)} checkpoints" if checkpoints else "no checkpoints"))
+    return Group(*blocks)
+
+
+def _metrics_text(metrics: dict[str, Any]) -> str:
+    return " ".join(f"{k}={format_number(v)}" for k, v in sorted(metrics.items()))
+
+
 def checkpoints_table(checkpoints: list[dict[str, Any]], marks: dict[str, list[str]]) -> Table:
     table = new_table(f"{len(checkpoints)} checkpoints" if checkpoints else "no checkpoints")
     table.add_column("id", no_wrap=True)
     table.add_column("step", justify="right", no_wrap=True)
     table.add_column("epoch", justify="right", no_wrap=True)
-    table.add_column("metrics", overflow="fold", ratio=1)
+    table.add_column("metrics", overflow="fold", min_width=12)
     table.add_column("size", justify="right", no_wrap=True)
     table.add_column("sha256", no_wrap=True)
     table.add_column("", no_wrap=True)
@@ -243,7 +273,7 @@ def checkpoints_table(checkpoints: list[dict[str, Any]], marks: dict[str, list[s
             str(item.get("id", "")),
             format_number(item.get("step")),
             format_number(item.get("epoch")),
-            " ".join(f"{k}={format_number(v)}" for k, v in sorted(metrics.items())),
+            _metrics_text(metrics),
             format_size(item.get("size")),
             str(item.get("sha256") or "")[:12],
             ",".join(marks.get(str(item.get("id")), [])),

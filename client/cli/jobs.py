@@ -190,7 +190,8 @@ def checkpoints(ctx: typer.Context, job_id: JobId, as_json: JsonFlag = False) ->
     if as_json:
         print_json([{**item, "marks": marks.get(item["id"], [])} for item in items])
     else:
-        out().print(render.checkpoints_table(items, marks))
+        console = out()
+        console.print(render.checkpoints_view(items, marks, console))
 
 
 @app.command()

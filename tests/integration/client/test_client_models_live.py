@@ -168,7 +168,9 @@ def test_the_cli_lists_a_jobs_checkpoints(live_api: LiveApi) -> None:
     listed = json.loads(result.stdout)
     assert [(c["id"], c["marks"]) for c in listed] == [(first, []), (second, ["best", "latest"])]
     table = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["checkpoints", job_id], obj=state)
-    assert table.stdout.splitlines()[2].split()[-1] == "best,latest"
+    rows = {line.split()[0]: line.split() for line in table.stdout.splitlines() if line[:1] != " "}
+    assert rows[second][-1] == "best,latest" and rows[first][-1] != "best,latest"
+    assert all(len(line) <= 80 for line in table.stdout.splitlines())
 
 
 def test_client_and_async_client_have_one_surface() -> None:

@@ -294,3 +294,20 @@ def _render(view: JobView) -> str:
     buffer = io.StringIO()
     Console(file=buffer, width=100, color_system=None).print(view.render())
     return buffer.getvalue()
+
+
+def test_checkpoints_too_wide_for_a_table_come_as_blocks(api: FakeApi) -> None:
+    policy = {"checkpoint": {"best_metric": "val_loss"}}
+    api.on("GET", "/v1/jobs/j1", reply(200, job(spec=policy)))
+    metrics = {"accuracy": 0.9806, "loss": 0.03448, "val_loss": 0.05443}
+    items = [checkpoint("a" * 32, 161, metrics=metrics, size=469_900)]
+    api.on("GET", "/v1/jobs/j1/checkpoints", reply(200, {"items": items}))
+    narrow = launchbay(api, "checkpoints", "j1").stdout.splitlines()
+    assert all(len(line) <= 80 for line in narrow)
+    assert narrow[:3] == [
+        "a" * 32 + "  best,latest",
+        "  step 161  epoch 0  458.9 KiB  sha256 abababababab",
+        "  accuracy=0.9806 loss=0.03448 val_loss=0.05443",
+    ]
+    wide = launchbay(api, "checkpoints", "j1", COLUMNS="200").stdout.splitlines()
+    assert wide[0].split() == ["id", "step", "epoch", "metrics", "size", "sha256"]
