@@ -1,4 +1,4 @@
-"""The SSE parser, and `Client.events` reconnecting with Last-Event-ID."""
+"""The SSE parser, and `Client.stream_events` reconnecting with Last-Event-ID."""
 
 import json
 from typing import Any
