@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from jobs.environment import EnvironmentSpec
+
 # What a launcher (torchrun) sets for each rank it starts.
 LAUNCHER_ENV = frozenset(
     {
@@ -91,6 +93,8 @@ class JobSpec(StrictModel):
     # `rendezvous_timeout` (null: the worker's LAUNCHBAY_RENDEZVOUS_TIMEOUT_S).
     rendezvous_timeout_s: Annotated[float, Field(gt=0, le=24 * 3600)] | None = None
     checkpoint: CheckpointPolicy = CheckpointPolicy()
+    # The job's own Python packages (worker/environment.py); null: the code's requirements.txt.
+    environment: EnvironmentSpec | None = None
     tags: dict[
         Annotated[str, Field(min_length=1, max_length=128)],
         Annotated[str, Field(max_length=1024)],
@@ -153,6 +157,9 @@ class JobSpec(StrictModel):
                 raise ValueError(
                     f"unknown recipe {self.recipe!r}; known: {', '.join(sorted(RECIPES))}"
                 )
+        if self.environment is not None and self.environment.requirements_file is not None:
+            if self.code is None:
+                raise ValueError("environment.requirements_file needs uploaded code")
         if self.launcher == "python" and self.pass_local_rank_arg:
             raise ValueError("pass_local_rank_arg applies to the torchrun launcher only")
         if self.launcher == "python" and self.nnodes > 1:

@@ -79,3 +79,5 @@ class ExitReason(StrEnum):
     OOM = "oom"
     LAUNCH_ERROR = "launch_error"
     RENDEZVOUS_TIMEOUT = "rendezvous_timeout"
+    # The job's own Python environment (its `environment`) could not be built.
+    ENVIRONMENT_ERROR = "environment_error"

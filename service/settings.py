@@ -87,7 +87,14 @@ class Settings(BaseSettings):
     # A queued job whose queue entry is missing is enqueued again once queued this long.
     reaper_queued_grace_s: float = Field(default=10.0, ge=0)
 
-    @field_validator("allowed_queues", "forbidden_env", mode="before")
+    # Jobs' own environments (worker/environment.py): the cache's limit (least recently used
+    # environments go first), the package index ("none": no index, only the wheelhouses) and
+    # wheelhouses (`--find-links`: directories or URLs, comma-separated).
+    env_cache_bytes: int = Field(default=20 * 1024**3, ge=0)
+    pip_index_url: str | None = None
+    pip_find_links: Annotated[list[str], NoDecode] = []
+
+    @field_validator("allowed_queues", "forbidden_env", "pip_find_links", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         """`a,b` in the environment; empty items are dropped."""
@@ -108,6 +115,10 @@ class Settings(BaseSettings):
     @property
     def runs_dir(self) -> Path:
         return self.data_dir.resolve() / "runs"
+
+    @property
+    def envs_dir(self) -> Path:
+        return self.data_dir.resolve() / "envs"
 
     @property
     def code_dir(self) -> Path:

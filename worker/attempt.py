@@ -35,7 +35,9 @@ from service.store import (
     take_job,
     transition_job,
 )
+from worker.environment import EnvironmentProblem, release_environments
 from worker.heartbeat import AttemptHeartbeat
+from worker.job_environment import prepare_environment
 from worker.launch import Rendezvous, RunPaths
 from worker.monitor import AttemptMonitor, retry_db
 from worker.orphans import leave_note, remove_note
@@ -340,6 +342,9 @@ def _run(
     job_id, attempt, paths, node = result.job_id, result.attempt, result.paths, result.node
     try:
         spec = parse_spec(taken.spec)
+        environment = prepare_environment(
+            engine, settings, spec, job_id=job_id, attempt=attempt, paths=paths, node=node
+        )
         plan = prepare_attempt(
             engine,
             spec=spec,
@@ -350,6 +355,7 @@ def _run(
             cuda=cuda or detect_cuda(),
             collective_timeout_s=settings.collective_timeout_s,
             rendezvous=taken.rendezvous,
+            python=str(environment.python) if environment is not None else None,
         )
         leave_note(paths.data_dir, job_id, attempt, paths.pids_file, node)
         monitor = AttemptMonitor(
@@ -373,10 +379,14 @@ def _run(
             result.outcome = _with_notes(result.outcome, monitor.notes())
     except LaunchProblem as exc:
         result.outcome = Outcome(JobState.FAILED, ExitReason.LAUNCH_ERROR, None, str(exc))
+    except EnvironmentProblem as exc:
+        result.outcome = Outcome(JobState.FAILED, ExitReason.ENVIRONMENT_ERROR, None, str(exc))
     except BaseException as exc:
         message = f"the worker failed while supervising the job: {type(exc).__name__}: {exc}"
         _record_lost(engine, redis, settings, job_id, attempt, node, message)
         raise
+    finally:
+        release_environments()
 
 
 def _announcer(engine: Engine, result: AttemptResult) -> Callable[[Outcome], None]:

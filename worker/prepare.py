@@ -136,9 +136,11 @@ def prepare_attempt(
     cuda: CudaInfo,
     collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S,
     rendezvous: Rendezvous | None = None,
+    python: str | None = None,
 ) -> LaunchPlan:
     """Check, make the directories, copy the code and build the launch plan (of one node,
-    meeting the others at `rendezvous`, for a multi-node job)."""
+    meeting the others at `rendezvous`, for a multi-node job), run by `python` (the job's own
+    environment's interpreter; by default the worker's)."""
     check_resources(spec, cuda)
     module = recipe_module(spec.recipe) if spec.recipe is not None else None
     for directory in (paths.run_dir, paths.log_dir, paths.checkpoint_dir):
@@ -153,7 +155,7 @@ def prepare_attempt(
         resume_from=find_resume_checkpoint(engine, job_id, attempt, paths.data_dir),
         cuda_available=cuda.available,
         port=free_port(),
-        python=sys.executable,
+        python=python or sys.executable,
         base_env=dict(os.environ),
         recipe_module=module,
         default_collective_timeout_s=collective_timeout_s,
