@@ -17,6 +17,7 @@ BENCHMARKS = {
     "download": "bench.p5_download",
     "queue": "bench.p6_queue",
     "gpu": "bench.p7_gpu",
+    "environment": "bench.p8_environment",
 }
 
 
