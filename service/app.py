@@ -13,6 +13,7 @@ from service.errors import install_error_handlers
 from service.limits import BodySizeLimit
 from service.reaper import ReaperThread
 from service.routes import (
+    artifacts,
     checkpoints,
     code,
     events,
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics,
         events,
         checkpoints,
+        artifacts,
         recipes,
         code,
         prometheus,

@@ -82,6 +82,11 @@ class RunPaths:
         return self.run_dir / "code"
 
     @property
+    def output_dir(self) -> Path:
+        """`LAUNCHBAY_OUTPUT_DIR`: the job's artifacts, shared by its attempts, kept after it."""
+        return self.data_dir / "artifacts" / self.checkpoint_dir.name
+
+    @property
     def launcher_log(self) -> Path:
         return self.log_dir / "launcher.log"
 
@@ -243,6 +248,7 @@ def build_env(
             "LAUNCHBAY_EVENTS_FILE": str(paths.events_file),
             "LAUNCHBAY_CHECKPOINT_DIR": str(paths.checkpoint_dir),
             "LAUNCHBAY_LOG_DIR": str(paths.log_dir),
+            "LAUNCHBAY_OUTPUT_DIR": str(paths.output_dir),
             "LAUNCHBAY_CONFIG": json.dumps(spec.config, separators=(",", ":")),
             "LAUNCHBAY_AMP": spec.amp,
             "LAUNCHBAY_DEVICE": "cuda" if uses_cuda else "cpu",

@@ -143,7 +143,7 @@ def prepare_attempt(
     environment's interpreter; by default the worker's)."""
     check_resources(spec, cuda)
     module = recipe_module(spec.recipe) if spec.recipe is not None else None
-    for directory in (paths.run_dir, paths.log_dir, paths.checkpoint_dir):
+    for directory in (paths.run_dir, paths.log_dir, paths.checkpoint_dir, paths.output_dir):
         directory.mkdir(parents=True, exist_ok=True)
     if spec.code is not None:
         prepare_code(code_store, spec.code.code_id, paths.code_dir, spec.code.entrypoint)

@@ -214,7 +214,11 @@ def delete_job(job: OwnedJob, session: SessionDep, settings: SettingsDep) -> Res
             detail={"state": job.state},
         )
     store.delete_job_rows(session, job.id)
-    for folder in (settings.checkpoints_dir, settings.runs_dir):
+    for folder in (
+        settings.checkpoints_dir,
+        settings.runs_dir,
+        settings.data_dir.resolve() / "artifacts",
+    ):
         shutil.rmtree(folder / job.id, ignore_errors=True)
     log.info("job %s deleted", job.id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -314,3 +314,8 @@ def test_a_cpu_worker_passes_its_own_visible_devices_on() -> None:
 
 def test_ranks_know_where_their_error_record_goes() -> None:
     assert plan(spec()).env["LAUNCHBAY_LOG_DIR"] == str(PATHS.log_dir)
+
+
+def test_ranks_know_where_their_artifacts_go() -> None:
+    output = plan(spec()).env["LAUNCHBAY_OUTPUT_DIR"]
+    assert output == str(PATHS.data_dir / "artifacts" / PATHS.checkpoint_dir.name)
