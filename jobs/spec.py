@@ -75,7 +75,9 @@ class JobSpec(StrictModel):
     args: Annotated[list[Annotated[str, Field(max_length=4096)]], Field(max_length=256)] = []
     config: Annotated[dict[str, Any], Field(validate_default=True)] = {}
     launcher: Literal["torchrun", "python"] = "torchrun"
-    pass_local_rank_arg: bool = False
+    # Give each rank --local-rank=N (`dash`) or --local_rank=N (`underscore`) before `args`;
+    # true: the spelling the script's source uses (worker/rank_main.py), else `dash`.
+    pass_local_rank_arg: bool | Literal["underscore", "dash"] = False
     nnodes: Annotated[int, Field(ge=1, le=64)] = 1
     nproc_per_node: Annotated[int, Field(ge=1, le=64)] = 2
     device: Literal["auto", "cpu", "cuda"] = "auto"

@@ -376,7 +376,8 @@ def _run(
         if monitor.tree is not None:
             result.processes = list(monitor.tree.records.values())
         if result.outcome is not None:
-            result.outcome = _with_notes(result.outcome, monitor.notes())
+            succeeded = result.outcome.state is JobState.SUCCEEDED
+            result.outcome = _with_notes(result.outcome, monitor.notes(succeeded))
     except LaunchProblem as exc:
         result.outcome = Outcome(JobState.FAILED, ExitReason.LAUNCH_ERROR, None, str(exc))
     except EnvironmentProblem as exc:

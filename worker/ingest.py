@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 TRUNCATED_MARKER = " [... line truncated by launchbay]"
 BATCH_ROWS = 5000  # rows per transaction
+MAX_INVALID_REASONS = 5  # invalid events-file lines whose reason the job's user is shown
 _RANK_LOG = re.compile(r"^rank-(\d+)\.log$")
 
 
@@ -127,6 +128,10 @@ class Ingestor:
         self.rank_logs: dict[int, LineReader] = {}
         self.on_checkpoint = on_checkpoint
         self.invalid_events = 0
+        # The first few reasons ("line N: why"), for the job's logs and message.
+        self.invalid_reasons: list[str] = []
+        self.events_lines = 0
+        self.metric_points_seen = 0
         self.last_event_at = time.monotonic()
         self._events_size = 0
         self.log_lines_seen = 0
@@ -157,18 +162,31 @@ class Ingestor:
             self.log_lines_seen += len(lines)
         lines = self.events.drain() if final else self.events.read_lines()
         for line in lines:
+            self.events_lines += 1
             try:
                 event = parse_event_line(line)
             except InvalidEvent as exc:
                 self.invalid_events += 1
                 log.warning("job %s: skipped events line (%s): %.200s", self.job_id, exc, line)
+                self._note_invalid(self.events_lines, exc, now)
                 continue
             if isinstance(event, MetricEvent):
-                self._points += metric_points(event, now)
+                new_points = metric_points(event, now)
+                self.metric_points_seen += len(new_points)
+                self._points += new_points
                 if event.total_steps is not None:
                     self._progress["total_steps"] = event.total_steps
             else:
                 self.on_checkpoint(event)
+
+    def _note_invalid(self, number: int, exc: InvalidEvent, now: float) -> None:
+        """The first few reasons go to rank 0's log, where the job's user reads."""
+        if len(self.invalid_reasons) >= MAX_INVALID_REASONS:
+            return
+        reason = f"line {number}: {str(exc)[:300]}"
+        self.invalid_reasons.append(reason)
+        line = f"[launchbay] events file {reason} (skipped)"
+        self._logs.append(NewLogLine(rank=0, ts=now, line=line, node=self.node))
 
     def _store(self) -> bool:
         try:

@@ -168,7 +168,8 @@ def build_launch(
         program = ["--module", recipe_module]
     entry = [str(RANK_ENTRY), "--log-dir", str(paths.log_dir)]
     if spec.pass_local_rank_arg and spec.launcher == "torchrun":
-        entry.append("--local-rank-arg")
+        spelling = "auto" if spec.pass_local_rank_arg is True else spec.pass_local_rank_arg
+        entry.append(f"--local-rank-arg={spelling}")
     entry += [*program, *spec.args]
 
     env = build_env(

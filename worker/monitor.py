@@ -54,6 +54,13 @@ from worker.supervise import (
 log = logging.getLogger(__name__)
 
 PROCESS_SCAN_S = 5.0
+# Said of a job that succeeded with no metric and no checkpoint (a program that prints its
+# metrics and saves to a path of its own): the user sees why the dashboard is empty.
+NOTHING_REPORTED = (
+    "the job reported no metric and no checkpoint: report them with the SDK (jobs.runtime) "
+    "or the events file (LAUNCHBAY_EVENTS_FILE); files written to LAUNCHBAY_OUTPUT_DIR are "
+    "kept as the job's artifacts (docs/training-scripts.md)"
+)
 REDIS_RETRY_S = 2.0
 # How often the cancel key is read: each read is a Redis round trip, taken from the ranks' CPU
 # time on a busy node, so not every poll.
@@ -325,13 +332,27 @@ class AttemptMonitor:
         )
         return Outcome(JobState.FAILED, ExitReason.WORKER_LOST, returncode, message)
 
-    def notes(self) -> str | None:
-        """What ingestion skipped, for the job's final message."""
+    def _reported_nothing(self) -> bool:
+        return (
+            self.ingestor.metric_points_seen == 0
+            and self.registrar.registered == 0
+            and self.registrar.rejected == 0
+            and self.ingestor.invalid_events == 0
+        )
+
+    def notes(self, succeeded: bool = False) -> str | None:
+        """What ingestion skipped, for the job's final message; for a job that succeeded
+        without reporting anything, that it did not."""
         parts = []
         if self.ingestor.invalid_events:
-            parts.append(f"{self.ingestor.invalid_events} invalid events-file line(s) skipped")
+            reasons = "; ".join(self.ingestor.invalid_reasons)
+            parts.append(
+                f"{self.ingestor.invalid_events} invalid events-file line(s) skipped ({reasons})"
+            )
         if self.registrar.rejected:
             parts.append(f"{self.registrar.rejected} reported checkpoint(s) not registered")
         if self.survivors:
             parts.append(f"processes {self.survivors} survived SIGKILL")
+        if succeeded and self.node is None and self._reported_nothing():
+            parts.append(NOTHING_REPORTED)
         return "; ".join(parts) if parts else None

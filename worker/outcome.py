@@ -10,6 +10,7 @@ for a peer that failed, and gloo's threads sometimes abort at exit after the err
 """
 
 import json
+import os
 import re
 import signal
 from dataclasses import dataclass
@@ -140,6 +141,41 @@ def _clip(message: str) -> str:
     return message[:200] + "\n...\n" + message[-(MAX_MESSAGE_CHARS - 210) :]
 
 
+_RANK_LOG = re.compile(r"^rank-(\d+)\.log$")
+ABORTS = (-signal.SIGABRT, 128 + signal.SIGABRT)
+PORT_IN_USE = re.compile(r"EADDRINUSE|[Aa]ddress already in use")
+PORT_IN_USE_HINT = (
+    "hint: the port was taken by another process on this worker, likely another job's: a "
+    "program that sets MASTER_PORT itself (os.environ['MASTER_PORT'] = '12355', as the "
+    "mp.spawn tutorials do) collides with every other job doing the same. Keep the port "
+    "Launchbay gives each job: os.environ.setdefault('MASTER_PORT', '12355'), or no "
+    "assignment at all"
+)
+
+
+def aborted_after_finishing(launcher_text: str, log_dir: Path, restart: int) -> bool:
+    """Whether every failed rank died of SIGABRT, and every rank had left the SDK's
+    `distributed()` (its ``rank-<n>.finished``, of this restart) before: the abort at
+    interpreter exit that torch + gloo sometimes show, after the program finished."""
+    _, failures = parse_torchrun_failures(launcher_text)
+    if not failures or any(f.exit_code not in ABORTS for f in failures):
+        return False
+    try:
+        ranks = {int(m.group(1)) for n in os.listdir(log_dir) if (m := _RANK_LOG.match(n))}
+    except OSError:
+        return False
+    if not ranks:
+        return False
+    for rank in ranks:
+        try:
+            data = json.loads((log_dir / f"rank-{rank}.finished").read_text())
+        except (OSError, ValueError):
+            return False
+        if int(data.get("restart", 0)) != restart:
+            return False
+    return True
+
+
 def classify_exit(
     returncode: int,
     *,
@@ -166,6 +202,15 @@ def classify_exit(
         tail = last_lines(launcher_text)
         return Outcome(JobState.FAILED, reason, returncode, _clip(f"{message}\n{tail}".strip()))
 
+    if launcher == "torchrun" and aborted_after_finishing(launcher_text, paths.log_dir, restart):
+        return Outcome(
+            JobState.SUCCEEDED,
+            ExitReason.COMPLETED,
+            0,
+            f"warning: rank {failure.rank} was aborted (SIGABRT) at interpreter exit, after "
+            "every rank had finished its work (left distributed()); a known torch + gloo "
+            "abort at exit: the job's results are complete",
+        )
     record = records.get(failure.rank)
     rank_tail = last_lines(read_tail(paths.rank_log(failure.rank)))
     head = f"rank {failure.rank} failed ({_describe_code(failure.exit_code)})"
@@ -173,6 +218,8 @@ def classify_exit(
         message = f"{head}: {record.error}\n{last_lines(record.traceback) or rank_tail}"
     else:
         message = f"{head}\n{rank_tail}"
+    if PORT_IN_USE.search(message):
+        message = f"{message}\n{PORT_IN_USE_HINT}"
     oom = is_oom_error(record.error if record else rank_tail)
     if failure.exit_code in (-signal.SIGKILL, 128 + signal.SIGKILL):
         oom = oom or oom_killed or bool(OOM_KILL_TEXT.search(rank_tail + launcher_text[-4096:]))

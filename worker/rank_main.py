@@ -2,7 +2,8 @@
 
 torchrun (or, for the `python` launcher, the worker itself) starts
 
-    python -u rank_main.py --log-dir DIR [--local-rank-arg] (--module NAME | --script PATH) ARGS
+    python -u rank_main.py --log-dir DIR [--local-rank-arg=auto|dash|underscore]
+        (--module NAME | --script PATH) ARGS
 
 and this file:
 
@@ -12,7 +13,8 @@ and this file:
 - sends fds 1 and 2 to ``DIR/rank-<RANK>.log`` (appended to across elastic restarts), so each
   rank's stdout and stderr land in one file, in the order they were written;
 - with ``--local-rank-arg``, puts ``--local-rank=<LOCAL_RANK>`` before ARGS, as the legacy
-  ``torch.distributed.launch`` did;
+  ``torch.distributed.launch`` did (``--local_rank=`` with ``=underscore``, as it did before
+  torch 2.0; with ``=auto``, the spelling the script's source names, `local_rank_flag`);
 - runs the program in this very process, as ``python -m NAME`` / ``python PATH`` would (runpy),
   so the rank's PID is the program's and torchrun's signals reach it directly;
 - on an uncaught exception, writes ``DIR/rank-<RANK>.error.json`` (and torchelastic's own error
@@ -33,7 +35,11 @@ import time
 import traceback
 from pathlib import Path
 
-USAGE = "usage: rank_main.py --log-dir DIR [--local-rank-arg] (--module NAME | --script PATH) ..."
+USAGE = (
+    "usage: rank_main.py --log-dir DIR [--local-rank-arg[=auto|dash|underscore]] "
+    "(--module NAME | --script PATH) ..."
+)
+SPELLINGS = {"dash": "--local-rank", "underscore": "--local_rank"}
 PR_SET_PDEATHSIG = 1
 LAUNCHER_PID_ENV = "LAUNCHBAY_LAUNCHER_PID"
 
@@ -59,18 +65,33 @@ def die_with_launcher() -> None:
         os._exit(128 + signal.SIGKILL)
 
 
-def parse_argv(argv: list[str]) -> tuple[Path, bool, str, str, list[str]]:
-    """(log dir, pass --local-rank, "module" | "script", target, program args)."""
+def local_rank_flag(spelling: str, kind: str, target: str) -> str:
+    """The flag for `spelling`; `auto`: `--local_rank` when a script's source names only that
+    spelling (an argparse of the torch < 2.0 tutorials), else `--local-rank`."""
+    if spelling in SPELLINGS:
+        return SPELLINGS[spelling]
+    if kind == "script":
+        try:
+            source = Path(target).read_text(errors="replace")
+        except OSError:
+            source = ""
+        if "--local_rank" in source and "--local-rank" not in source:
+            return SPELLINGS["underscore"]
+    return SPELLINGS["dash"]
+
+
+def parse_argv(argv: list[str]) -> tuple[Path, str | None, str, str, list[str]]:
+    """(log dir, the --local-rank spelling or None, "module" | "script", target, args)."""
     log_dir: Path | None = None
-    local_rank_arg = False
+    local_rank_arg: str | None = None
     i = 0
     while i < len(argv):
         flag = argv[i]
         if flag == "--log-dir" and i + 1 < len(argv):
             log_dir = Path(argv[i + 1])
             i += 2
-        elif flag == "--local-rank-arg":
-            local_rank_arg = True
+        elif flag == "--local-rank-arg" or flag.startswith("--local-rank-arg="):
+            local_rank_arg = flag.partition("=")[2] or "auto"
             i += 1
         elif flag in ("--module", "--script") and i + 1 < len(argv) and log_dir is not None:
             return log_dir, local_rank_arg, flag[2:], argv[i + 1], argv[i + 2 :]
@@ -163,8 +184,9 @@ def main() -> None:
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     if restart not in ("", "0"):
         print(f"[launchbay] rank {rank} started again (elastic restart {restart})", file=sys.stderr)
-    if local_rank_arg:
-        args = [f"--local-rank={os.environ.get('LOCAL_RANK', '0')}", *args]
+    if local_rank_arg is not None:
+        flag = local_rank_flag(local_rank_arg, kind, target)
+        args = [f"{flag}={os.environ.get('LOCAL_RANK', '0')}", *args]
     try:
         run_program(kind, target, args)
     except SystemExit as exc:

@@ -25,7 +25,7 @@ from torch.distributed.distributed_c10d import _abort_process_group
 from torch.nn.parallel import DistributedDataParallel
 
 from jobs.runtime import env
-from jobs.runtime.failure import record_rank_error
+from jobs.runtime.failure import record_rank_error, record_rank_finished
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +179,7 @@ def distributed() -> Iterator[DistContext]:
     # still at work (rank 0 saving its last checkpoint) was seen to abort at exit.
     barrier()
     teardown_distributed()
+    record_rank_finished()
 
 
 def get_context() -> DistContext:

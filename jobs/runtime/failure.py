@@ -58,3 +58,18 @@ def record_rank_error(exc: BaseException) -> None:
         os.replace(temp, target)
     except OSError:
         pass
+
+
+def record_rank_finished() -> None:
+    """Leave ``rank-<RANK>.finished`` in LAUNCHBAY_LOG_DIR (only under the worker): this rank
+    left `distributed()` with its work done, so a signal at interpreter exit (torch + gloo
+    sometimes abort a rank there) does not make the job a failure. Never raises."""
+    directory = env.log_dir()
+    if directory is None:
+        return
+    rank = os.environ.get("RANK", "0") or "0"
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    try:
+        (directory / f"rank-{rank}.finished").write_text(json.dumps({"restart": restart}))
+    except OSError:
+        pass

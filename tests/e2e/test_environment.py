@@ -20,6 +20,8 @@ TRAIN = b"""
 import os
 import launchbay_probe
 print("probe says", launchbay_probe.hello(), "rank", os.environ.get("RANK"))
+with open(os.path.join(os.environ["LAUNCHBAY_OUTPUT_DIR"], "probe.txt"), "w") as out:
+    out.write(launchbay_probe.hello())
 """
 
 
@@ -68,6 +70,13 @@ def test_a_job_s_requirements_are_installed_cached_and_checked(tmp_path: Path) -
         assert "probe says hello rank 0" in text
         assert re.search(r"\[environment\] ready in [\d.]+ s \(built", text), text
         assert "launchbay-probe==1.0" in text, "uv's own output is in the job's logs"
+        # It printed and wrote a file of its own: kept as an artifact, and the job says that
+        # it reported nothing.
+        assert "reported no metric and no checkpoint" in first["message"]
+        artifacts = http.get(f"/v1/jobs/{first['id']}/artifacts").json()["items"]
+        assert [(a["path"], a["size"]) for a in artifacts] == [("probe.txt", 5)]
+        probe = http.get(f"/v1/jobs/{first['id']}/artifacts/probe.txt")
+        assert probe.content == b"hello"
 
         missing = run(
             stack,

@@ -45,7 +45,14 @@ def check_ddp_success(env: WorkerEnv) -> None:
     ] + [("loss", 6, 0.1)]  # the last line had no newline: taken once the ranks are gone
     assert points[1].ts == 1234.5 and all(p.ts > 1e9 for p in points if p.step != 2)
     assert job.progress_step == 6 and job.latest_metrics == {"loss": 0.1}
-    assert job.message == "3 invalid events-file line(s) skipped"
+    # The reasons, with line numbers, where the user reads: the message and rank 0's log.
+    assert job.message is not None
+    assert job.message.startswith("3 invalid events-file line(s) skipped (line 6: "), job.message
+    assert "line 7: " in job.message and "line 8: " in job.message
+    skipped = [line for line in rank0 if line.startswith("[launchbay] events file line ")]
+    assert [line.split(":")[0] for line in skipped] == [
+        f"[launchbay] events file line {n}" for n in (6, 7, 8)
+    ]
 
     [checkpoint] = env.checkpoints(job_id)
     file = env.settings.data_dir.resolve() / checkpoint.path

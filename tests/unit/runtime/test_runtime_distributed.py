@@ -250,7 +250,7 @@ def test_on_error_the_record_is_written_then_the_group_aborted_never_destroyed(
     assert found.traceback.rstrip().endswith(found.error)
 
 
-def test_on_success_the_group_is_destroyed_and_nothing_recorded(
+def test_on_success_the_group_is_destroyed_and_the_rank_marked_finished(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     torchrun_env_of_one(monkeypatch)
@@ -258,9 +258,12 @@ def test_on_success_the_group_is_destroyed_and_nothing_recorded(
     calls = watch_leaving(monkeypatch, tmp_path)
     with lb.distributed():
         assert dist.is_initialized()
+        assert list(tmp_path.iterdir()) == []
     assert calls == ["destroy"]
     assert not dist.is_initialized()
-    assert list(tmp_path.iterdir()) == []
+    # No error record; the mark that lets an abort at interpreter exit count as a success.
+    assert [p.name for p in tmp_path.iterdir()] == ["rank-0.finished"]
+    assert json.loads((tmp_path / "rank-0.finished").read_text()) == {"restart": 0}
 
 
 def test_a_rank_stopped_by_a_signal_is_not_recorded_as_failed(

@@ -103,7 +103,10 @@ def test_torchrun_code_entrypoint() -> None:
 def test_pass_local_rank_arg() -> None:
     result = plan(spec(code={"code_id": CODE_ID}, pass_local_rank_arg=True, args=["a"]))
     tail = result.argv[result.argv.index(str(RANK_ENTRY)) + 3 :]
-    assert tail == ["--local-rank-arg", "--script", str(PATHS.code_dir / "train.py"), "a"]
+    assert tail == ["--local-rank-arg=auto", "--script", str(PATHS.code_dir / "train.py"), "a"]
+    for spelling in ("underscore", "dash"):
+        result = plan(spec(code={"code_id": CODE_ID}, pass_local_rank_arg=spelling))
+        assert f"--local-rank-arg={spelling}" in result.argv
 
 
 def test_python_launcher() -> None:

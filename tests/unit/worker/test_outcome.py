@@ -209,3 +209,70 @@ def test_the_record_naming_the_cause_beats_an_earlier_consequence() -> None:
     # Without a cause named, the earliest error wins as before.
     records = {0: record(0, 10.1, broken), 1: record(1, 10.4)}
     assert find_failing_rank(SUMMARY, records).rank == 0  # type: ignore[union-attr]
+
+
+ABORT_SUMMARY = """
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+/w/rank_main.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_05:49:05
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -6 (pid: 13072)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 13072
+============================================================
+"""
+
+
+def aborted_at_exit(tmp_path: Path, finished: tuple[int, ...]) -> RunPaths:
+    paths = RunPaths.for_attempt(tmp_path, "job", 1)
+    paths.log_dir.mkdir(parents=True)
+    paths.launcher_log.write_text(ABORT_SUMMARY)
+    for rank in (0, 1):
+        paths.rank_log(rank).write_text("terminate called without an active exception\n")
+    for rank in finished:
+        (paths.log_dir / f"rank-{rank}.finished").write_text(json.dumps({"restart": 0}))
+    return paths
+
+
+def test_an_abort_at_exit_after_every_rank_finished_is_a_success(tmp_path: Path) -> None:
+    paths = aborted_at_exit(tmp_path, finished=(0, 1))
+    outcome = classify_exit(1, paths=paths, launcher="torchrun", ranks_started=True)
+    assert (outcome.state, outcome.reason, outcome.exit_code) == (
+        JobState.SUCCEEDED,
+        ExitReason.COMPLETED,
+        0,
+    )
+    assert outcome.message is not None and outcome.message.startswith("warning: rank 1 ")
+
+
+def test_an_abort_before_every_rank_finished_stays_a_failure(tmp_path: Path) -> None:
+    paths = aborted_at_exit(tmp_path, finished=(0,))
+    outcome = classify_exit(1, paths=paths, launcher="torchrun", ranks_started=True)
+    assert (outcome.state, outcome.reason) == (JobState.FAILED, ExitReason.USER_ERROR)
+    # ... and so does another signal, or a finish recorded in an earlier elastic restart.
+    paths = aborted_at_exit(tmp_path / "b", finished=(0, 1))
+    paths.launcher_log.write_text(ABORT_SUMMARY.replace("exitcode  : -6", "exitcode  : -11"))
+    assert classify_exit(1, paths=paths, launcher="torchrun", ranks_started=True).state == "failed"
+    paths = aborted_at_exit(tmp_path / "c", finished=(0, 1))
+    outcome = classify_exit(1, paths=paths, launcher="torchrun", ranks_started=True, restart=1)
+    assert outcome.state is JobState.FAILED
+
+
+def test_a_port_in_use_says_how_to_fix_the_script(tmp_path: Path) -> None:
+    paths = RunPaths.for_attempt(tmp_path, "job", 1)
+    error = (
+        "RuntimeError: The server socket has failed to listen on any local network address. "
+        "port: 12355, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use"
+    )
+    write_failure(paths, 0, error, error)
+    outcome = classify_exit(1, paths=paths, launcher="python", ranks_started=True)
+    assert outcome.state is JobState.FAILED and outcome.message is not None
+    assert "os.environ.setdefault('MASTER_PORT'" in outcome.message

@@ -4,24 +4,39 @@ from pathlib import Path
 
 import pytest
 
-from worker.rank_main import format_error, parse_argv
+from worker.rank_main import format_error, local_rank_flag, parse_argv
 
 
 def test_parse_argv() -> None:
     assert parse_argv(["--log-dir", "/l", "--module", "m", "--module", "x"]) == (
         Path("/l"),
-        False,
+        None,
         "module",
         "m",
         ["--module", "x"],
     )
     assert parse_argv(["--log-dir", "/l", "--local-rank-arg", "--script", "t.py", "-a"]) == (
         Path("/l"),
-        True,
+        "auto",
         "script",
         "t.py",
         ["-a"],
     )
+
+
+def test_the_local_rank_spelling_is_chosen_or_read_from_the_script(tmp_path: Path) -> None:
+    argv = ["--log-dir", "/l", "--local-rank-arg=underscore", "--script", "t.py"]
+    assert parse_argv(argv)[1] == "underscore"
+    tutorial = tmp_path / "tutorial.py"
+    tutorial.write_text('parser.add_argument("--local_rank", type=int, default=-1)\n')
+    both = tmp_path / "both.py"
+    both.write_text('parser.add_argument("--local-rank", "--local_rank", type=int)\n')
+    assert local_rank_flag("auto", "script", str(tutorial)) == "--local_rank"
+    assert local_rank_flag("auto", "script", str(both)) == "--local-rank"
+    assert local_rank_flag("auto", "module", "jobs.recipes.digits") == "--local-rank"
+    assert local_rank_flag("auto", "script", str(tmp_path / "missing.py")) == "--local-rank"
+    assert local_rank_flag("dash", "script", str(tutorial)) == "--local-rank"
+    assert local_rank_flag("underscore", "module", "m") == "--local_rank"
 
 
 @pytest.mark.parametrize(
