@@ -30,13 +30,26 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    LAUNCHBAY_DATA_DIR=/data
+    LAUNCHBAY_DATA_DIR=/data \
+    TORCH_EXTENSIONS_DIR=/cache/torch_extensions \
+    UV_CACHE_DIR=/cache/uv
+
+# A C++ compiler and ninja: DeepSpeed (and any torch.utils.cpp_extension user) compiles its
+# ops on first use (about 2 minutes), then loads them from TORCH_EXTENSIONS_DIR, a volume in
+# docker-compose.yml so the compile happens once per worker, not once per job. Debian's own
+# versions of the release this image is built on: pinning them would break the build at the
+# next security update.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends g++ ninja-build \
+    && rm -rf /var/lib/apt/lists/*
 
 # A fixed uid/gid so volumes and bind mounts can be chowned from the host.
 RUN groupadd --system --gid 10001 launchbay \
     && useradd --system --uid 10001 --gid launchbay --create-home \
         --home-dir /home/launchbay --shell /usr/sbin/nologin launchbay \
-    && install -d -o launchbay -g launchbay -m 0750 /data
+    && install -d -o launchbay -g launchbay -m 0750 /data \
+    && install -d -o launchbay -g launchbay -m 0755 /cache /cache/torch_extensions /cache/uv
 
 # torch first, from its own index and in its own layer: it is most of the image and
 # changes least often. The lock excludes torch, so the next step keeps this build.

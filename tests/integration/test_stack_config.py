@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,3 +26,15 @@ def test_the_stack_and_its_multi_node_profile_validate() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "check-stack: docker-compose.yml profile multi-node ok" in done.stdout
+
+
+def test_workers_can_compile_torch_extensions_once() -> None:
+    """DeepSpeed compiles its ops with g++ and ninja on first use: the image has both, and
+    the compiled ops (TORCH_EXTENSIONS_DIR) live on a volume every worker container keeps."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    install = next(line for line in dockerfile.splitlines() if "apt-get install" in line)
+    assert "g++" in install.split() and "ninja-build" in install.split()
+    assert "TORCH_EXTENSIONS_DIR=/cache/torch_extensions" in dockerfile
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert "worker-cache" in compose["volumes"]
+    assert "worker-cache:/cache" in compose["services"]["worker"]["volumes"]
