@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
-from tests.support.procs import SESSION_MARKER, free_port
-from tests.support.services import private_redis
-from tests.support.stack import Stack
+from devstack.procs import SESSION_MARKER, free_port
+from devstack.services import private_redis
+from devstack.stack import Stack
 
 MARKER = uuid.uuid4().hex
 # A job's `checkpoint` policy that saves none: the benchmarks time training, not saving.
