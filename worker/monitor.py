@@ -20,7 +20,6 @@ import os
 import time
 from collections.abc import Callable
 from enum import StrEnum
-from pathlib import Path
 from typing import TypeVar
 
 from redis import Redis
@@ -60,7 +59,6 @@ REDIS_RETRY_S = 2.0
 # time on a busy node, so not every poll.
 CANCEL_CHECK_S = 0.5
 SUPERVISOR_NICENESS = 10
-AUTOGROUP = Path("/proc/self/autogroup")
 T = TypeVar("T")
 
 
@@ -80,52 +78,16 @@ FAILING_STOPS = frozenset(
 )
 
 
-def yield_cpu_to_ranks() -> Callable[[], None]:
-    """Lower this supervisor's CPU priority (the ranks, already started, keep theirs); returns
-    what puts back the part that outlives this process.
+def yield_cpu_to_ranks() -> None:
+    """Lower this supervisor's CPU priority (the ranks, already started, keep theirs).
 
     Where the ranks use every core (CPU training), the scheduler then runs the supervisor in
     their gaps (collective waits) instead of pre-empting a rank, which stalls all of them.
-    A nice value only weighs against threads of the same scheduling group, and where Linux
-    groups each session on its own (autogroup, on by default in most kernels) the ranks are
-    in other groups (torchrun starts each in a session of its own): there the session's
-    group is lowered as well, and put back when the attempt ends, as the worker shares it.
     """
     try:
         os.setpriority(os.PRIO_PROCESS, 0, SUPERVISOR_NICENESS)
     except OSError:
         log.debug("cannot lower the supervisor's priority", exc_info=True)
-    before = read_autogroup_nice()
-    if before is None or before >= SUPERVISOR_NICENESS:
-        return lambda: None
-    try:
-        AUTOGROUP.write_text(str(SUPERVISOR_NICENESS))
-    except OSError:
-        log.debug("cannot lower the priority of the supervisor's autogroup", exc_info=True)
-        return lambda: None
-
-    def restore() -> None:
-        try:
-            AUTOGROUP.write_text(str(before))
-        except OSError:
-            log.debug("cannot restore the autogroup's priority", exc_info=True)
-
-    return restore
-
-
-def read_autogroup_nice(pid: int | str = "self") -> int | None:
-    """The nice value of the process's autogroup (``/autogroup-N nice K``), None without one."""
-    try:
-        text = Path(f"/proc/{pid}/autogroup").read_text()
-    except OSError:
-        return None
-    fields = text.split()
-    if len(fields) == 3 and fields[1] == "nice":
-        try:
-            return int(fields[2])
-        except ValueError:
-            return None
-    return None
 
 
 def retry_db(action: Callable[[], T], what: str, tries: int = 5, delay_s: float = 1.0) -> T | None:
@@ -204,7 +166,7 @@ class AttemptMonitor:
             return Outcome(
                 JobState.FAILED, ExitReason.LAUNCH_ERROR, None, f"cannot start: {exc}"
             ), []
-        restore_priority = yield_cpu_to_ranks()
+        yield_cpu_to_ranks()
         started = time.monotonic()
         stop: StopReason | None = None
         next_scan = 0.0
@@ -231,7 +193,6 @@ class AttemptMonitor:
                 time.sleep(self.settings.worker_poll_s)
         finally:
             survivors = stop_job_processes(tree, self.settings.cancel_grace_s)
-            restore_priority()
         self.survivors = survivors
         self._note_restarts()  # one in the last moments still counts
         self._final_ingest()

@@ -1,7 +1,7 @@
 """Record what a rank sees of its process: the environment, torch's thread counts, its CPU
-priority, scheduling policy, affinity and control groups, and the scheduling of each process
-above it. Writes ``$RANK_PROBE_DIR/rank-<RANK>.json`` after joining the process group, so it
-runs as a real DDP rank does; it times nothing."""
+priority, scheduling policy, affinity, control groups and session group. Writes
+``$RANK_PROBE_DIR/rank-<RANK>.json`` after joining the process group, so it runs as a real
+DDP rank does; it times nothing."""
 
 import json
 import os
@@ -19,25 +19,6 @@ def read(path: str) -> str:
         return ""
 
 
-def process(pid: int) -> dict[str, object]:
-    stat = read(f"/proc/{pid}/stat")
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return {
-        "pid": pid,
-        "ppid": int(fields[1]),
-        "cmdline": read(f"/proc/{pid}/cmdline").replace("\0", " ").strip(),
-        "nice": int(fields[16]),
-        "autogroup": read(f"/proc/{pid}/autogroup").strip(),
-    }
-
-
-def ancestors() -> list[dict[str, object]]:
-    chain = [process(os.getpid())]
-    while len(chain) < 8 and int(str(chain[-1]["ppid"])) > 1:
-        chain.append(process(int(str(chain[-1]["ppid"]))))
-    return chain
-
-
 def main() -> None:
     dist.init_process_group("gloo")
     dist.barrier()
@@ -51,7 +32,6 @@ def main() -> None:
         "cgroup": read("/proc/self/cgroup"),
         "autogroup_nice": read("/proc/self/autogroup").split()[-1:],
         "unbuffered": sys.stdout.write_through,
-        "ancestors": ancestors(),
     }
     out = Path(os.environ["RANK_PROBE_DIR"])
     out.mkdir(parents=True, exist_ok=True)
