@@ -1,0 +1,5 @@
+"""Launchbay for programs written against a training framework: each module here imports its
+framework when it is imported itself, never before, so Launchbay does not depend on any.
+
+- `jobs.integrations.accelerate.LaunchbayTracker`: `Accelerator(log_with=LaunchbayTracker())`.
+"""

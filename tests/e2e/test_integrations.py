@@ -1,0 +1,55 @@
+"""Framework integrations (jobs.integrations) in real 2-rank gloo jobs on CPU: metrics through
+the framework's own logging call, a checkpoint registered and downloaded, and a retried
+attempt resuming from it. accelerate is a development dependency (requirements-dev.lock):
+installed once with the test tools, no package index needed while the tests run."""
+
+import importlib.util
+import io
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.e2e.test_launch_styles import log_text, upload
+from tests.support.procs import job_processes, wait_until
+from tests.support.stack import Stack
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "integrations"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("accelerate") is None, reason="no accelerate")
+def test_accelerate_tracker_reports_saves_and_resumes(sqlite_stack: Stack) -> None:
+    with sqlite_stack.client() as http:
+        code_id = upload(http, EXAMPLES / "accelerate_tracker.py")
+        spec = {
+            "name": "accelerate-tracker",
+            "code": {"code_id": code_id, "entrypoint": "accelerate_tracker.py"},
+            "launcher": "torchrun",
+            "nproc_per_node": 2,
+            "device": "cpu",
+            "env": {"ACCELERATE_USE_CPU": "1"},
+            "args": ["--epochs", "3", "--fail-after-epoch", "2"],
+            "max_retries": 1,
+        }
+        response = http.post("/v1/jobs", json=spec)
+        assert response.status_code == 201, response.text
+        job_id = response.json()["id"]
+        job = sqlite_stack.wait_for_state(http, job_id, {"succeeded"}, timeout=240)
+        assert job["attempt"] == 2, "the first attempt failed on purpose after epoch 2"
+        assert "resumed from epoch 2 (step 8)" in log_text(http, job_id, 0)
+
+        points = http.get(f"/v1/jobs/{job_id}/metrics", params={"limit": 10_000}).json()["items"]
+        losses = [p for p in points if p["name"] == "loss"]
+        # 4 steps per epoch (256 samples, batches of 32, split over 2 ranks): epochs 1-2 by
+        # the first attempt, 3 by the second; each step reported once, by the main process.
+        assert sorted(p["step"] for p in losses) == list(range(1, 13))
+        assert {p["epoch"] for p in losses} == {0, 1, 2}, "the float epoch's whole part"
+        assert {p["value"] for p in points if p["name"] == "epoch"} == {0.5, 1.5, 2.5}
+
+        checkpoints = http.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
+        assert [(c["step"], c["attempt"]) for c in checkpoints][-1] == (12, 2)
+        download = http.get(f"/v1/jobs/{job_id}/checkpoints/latest/download")
+        assert download.status_code == 200
+        state = torch.load(io.BytesIO(download.content), map_location="cpu", weights_only=True)
+        assert set(state["model"]) == {"weight", "bias"}
+    assert wait_until(lambda: job_processes(job_id) == [], timeout=10)
