@@ -2,4 +2,5 @@
 framework when it is imported itself, never before, so Launchbay does not depend on any.
 
 - `jobs.integrations.accelerate.LaunchbayTracker`: `Accelerator(log_with=LaunchbayTracker())`.
+- `jobs.integrations.transformers.LaunchbayCallback`: `Trainer(..., callbacks=[...])`.
 """

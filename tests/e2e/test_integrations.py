@@ -53,3 +53,40 @@ def test_accelerate_tracker_reports_saves_and_resumes(sqlite_stack: Stack) -> No
         state = torch.load(io.BytesIO(download.content), map_location="cpu", weights_only=True)
         assert set(state["model"]) == {"weight", "bias"}
     assert wait_until(lambda: job_processes(job_id) == [], timeout=10)
+
+
+def test_trainer_callback_reports_registers_and_resumes(sqlite_stack: Stack) -> None:
+    """transformers is the job's own requirement (from PyPI, through the worker's uv and its
+    cache), so the worker's environment stays without it: Launchbay imports no framework."""
+    assert importlib.util.find_spec("transformers") is None, "a job's package, not the worker's"
+    with sqlite_stack.client() as http:
+        code_id = upload(http, EXAMPLES / "trainer_tiny_bert.py")
+        spec = {
+            "name": "tiny-bert-trainer",
+            "code": {"code_id": code_id, "entrypoint": "trainer_tiny_bert.py"},
+            "launcher": "torchrun",
+            "nproc_per_node": 2,
+            "device": "cpu",
+            "env": {"ACCELERATE_USE_CPU": "1"},
+            "environment": {"requirements": ["transformers==4.57.1"]},
+            "args": ["--max-steps", "8", "--save-steps", "4", "--fail-at-step", "4"],
+            "max_retries": 1,
+        }
+        response = http.post("/v1/jobs", json=spec)
+        assert response.status_code == 201, response.text
+        job_id = response.json()["id"]
+        job = sqlite_stack.wait_for_state(http, job_id, {"succeeded"}, timeout=300)
+        assert job["attempt"] == 2, "the first attempt failed on purpose after step 4"
+        assert "resuming from checkpoint-4" in log_text(http, job_id, 0)
+
+        points = http.get(f"/v1/jobs/{job_id}/metrics", params={"limit": 10_000}).json()["items"]
+        names = {p["name"] for p in points}
+        assert {"loss", "learning_rate", "eval_loss", "eval_accuracy", "epoch"} <= names
+        assert {p["step"] for p in points if p["name"] == "loss"} == set(range(1, 9))
+
+        checkpoints = http.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
+        assert [(c["step"], c["attempt"]) for c in checkpoints] == [(4, 1), (8, 2)]
+        assert checkpoints[-1]["path"].endswith("checkpoint-8/model.safetensors")
+        download = http.get(f"/v1/jobs/{job_id}/checkpoints/latest/download")
+        assert download.status_code == 200 and len(download.content) > 10_000
+    assert wait_until(lambda: job_processes(job_id) == [], timeout=10)

@@ -1,0 +1,72 @@
+"""A `transformers.TrainerCallback` that reports to Launchbay: ``Trainer(...,
+callbacks=[LaunchbayCallback()])`` and ``trainer.train(resume_from_checkpoint=
+resume_from_checkpoint())``.
+
+- Every dict Trainer logs (loss, learning_rate, grad_norm, eval_*) becomes a metric line at
+  `state.global_step`; Trainer's float epoch (2.5) gives the line its whole part and stays
+  exact as the metric `epoch`.
+- Each checkpoint Trainer saves (``<output_dir>/checkpoint-<step>/``) is registered: with
+  `output_dir` set to LAUNCHBAY_CHECKPOINT_DIR (`checkpoint_dir()`), its weights file
+  (``model.safetensors``, or ``pytorch_model.bin``) is the registered checkpoint, and the
+  directory beside it is what a retried attempt resumes from.
+
+Importing this module imports transformers; Launchbay itself never does.
+"""
+
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from jobs.integrations.accelerate import report_values
+from jobs.runtime import env
+from jobs.runtime.events import write_event
+
+WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+
+
+def checkpoint_dir() -> str:
+    """Where Trainer should save (`TrainingArguments(output_dir=...)`): the job's checkpoint
+    directory under Launchbay, else ``./checkpoints``."""
+    return str(env.checkpoint_dir())
+
+
+def resume_from_checkpoint() -> str | None:
+    """The Trainer checkpoint directory to resume from (`trainer.train(resume_from_checkpoint=
+    ...)`): the one whose weights LAUNCHBAY_RESUME_FROM names; None for a fresh start."""
+    path = env.resume_from()
+    if path is None:
+        return None
+    if not path.is_absolute():
+        path = env.checkpoint_dir() / path
+    folder = path.parent if path.is_file() or path.name in WEIGHTS else path
+    return str(folder) if folder.is_dir() else None
+
+
+class LaunchbayCallback(TrainerCallback):
+    """Reports Trainer's logs and registers its checkpoints (world process zero only)."""
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any
+    ) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        values = dict(logs)
+        if "epoch" not in values and state.epoch is not None:
+            values["epoch"] = state.epoch
+        report_values(int(state.global_step), values)
+
+    def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        if not state.is_world_process_zero:
+            return
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        weights = next((folder / n for n in WEIGHTS if (folder / n).is_file()), None)
+        if weights is None:
+            return
+        try:
+            relative = weights.resolve().relative_to(env.checkpoint_dir().resolve())
+        except ValueError:
+            return  # saved outside the job's checkpoint directory: not Launchbay's to keep
+        epoch = int(state.epoch) if state.epoch is not None else None
+        event = {"type": "checkpoint", "path": relative.as_posix(), "step": state.global_step}
+        write_event({**event, "epoch": epoch})
