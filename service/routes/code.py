@@ -45,6 +45,7 @@ UPLOAD_BODY = {
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=CodePublic,
+    responses={200: {"model": CodePublic, "description": "The caller had uploaded these bytes"}},
     openapi_extra=UPLOAD_BODY,
 )
 async def upload_code(
