@@ -140,10 +140,14 @@ def cancel_job(job: OwnedJob, session: SessionDep, redis: RedisDep) -> JobPublic
         try:
             queue.request_cancel(redis, job.id)
         except RedisError as exc:
-            raise ServiceUnavailable(
-                "the job is marked cancelling but its worker could not be told; retry",
-                detail={"job_id": job.id},
-            ) from exc
+            # The database says `cancelling` already, and the job's supervisor reads it at its
+            # next heartbeat: the cancel is accepted, only later than through Redis.
+            log.warning(
+                "job %s: cancel not signalled through Redis (%s); its worker "
+                "finds it at its next heartbeat",
+                job.id,
+                exc,
+            )
     session.refresh(job)
     if JobState(job.state).is_terminal() and job.state != JobState.CANCELLED:
         raise InvalidTransition(
