@@ -3,4 +3,5 @@ framework when it is imported itself, never before, so Launchbay does not depend
 
 - `jobs.integrations.accelerate.LaunchbayTracker`: `Accelerator(log_with=LaunchbayTracker())`.
 - `jobs.integrations.transformers.LaunchbayCallback`: `Trainer(..., callbacks=[...])`.
+- `jobs.integrations.lightning.LaunchbayLogger`: `L.Trainer(logger=LaunchbayLogger())`.
 """

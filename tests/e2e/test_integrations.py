@@ -90,3 +90,40 @@ def test_trainer_callback_reports_registers_and_resumes(sqlite_stack: Stack) -> 
         download = http.get(f"/v1/jobs/{job_id}/checkpoints/latest/download")
         assert download.status_code == 200 and len(download.content) > 10_000
     assert wait_until(lambda: job_processes(job_id) == [], timeout=10)
+
+
+def test_lightning_logger_reports_registers_and_resumes(sqlite_stack: Stack) -> None:
+    """Lightning is the job's own requirement, as transformers is above."""
+    with sqlite_stack.client() as http:
+        code_id = upload(http, EXAMPLES / "lightning_logger.py")
+        spec = {
+            "name": "lightning-logger",
+            "code": {"code_id": code_id, "entrypoint": "lightning_logger.py"},
+            "launcher": "torchrun",
+            "nproc_per_node": 2,
+            "device": "cpu",
+            "environment": {"requirements": ["lightning==2.5.6"]},
+            "args": ["--epochs", "3", "--fail-at-epoch", "2"],
+            "max_retries": 1,
+        }
+        response = http.post("/v1/jobs", json=spec)
+        assert response.status_code == 201, response.text
+        job_id = response.json()["id"]
+        job = sqlite_stack.wait_for_state(http, job_id, {"succeeded"}, timeout=300)
+        assert job["attempt"] == 2, "the first attempt failed on purpose as epoch 2 started"
+        assert "resuming from epoch=1-step=8.ckpt" in log_text(http, job_id, 0)
+
+        points = http.get(f"/v1/jobs/{job_id}/metrics", params={"limit": 10_000}).json()["items"]
+        # 4 steps per epoch (256 samples, batches of 32, split over 2 ranks), 3 epochs.
+        assert {p["step"] for p in points if p["name"] == "loss"} == set(range(0, 12))
+        checkpoints = http.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
+        assert [(c["step"], c["epoch"], c["attempt"]) for c in checkpoints] == [
+            (4, 0, 1),
+            (8, 1, 1),
+            (12, 2, 2),
+        ]
+        download = http.get(f"/v1/jobs/{job_id}/checkpoints/latest/download")
+        assert download.status_code == 200
+        state = torch.load(io.BytesIO(download.content), map_location="cpu", weights_only=False)
+        assert set(state["state_dict"]) == {"layer.weight", "layer.bias"}
+    assert wait_until(lambda: job_processes(job_id) == [], timeout=10)
