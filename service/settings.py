@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     env_cache_bytes: int = Field(default=20 * 1024**3, ge=0)
     pip_index_url: str | None = None
     pip_find_links: Annotated[list[str], NoDecode] = []
+    # Let jobs' requirements build source distributions (their build code runs on the worker,
+    # as the worker); by default, wheels only.
+    pip_allow_builds: bool = False
 
     @field_validator("allowed_queues", "forbidden_env", "pip_find_links", mode="before")
     @classmethod

@@ -122,9 +122,12 @@ class Sources:
 
     index_url: str | None = None  # None: uv's default (PyPI); "none": no index at all
     find_links: tuple[str, ...] = ()
+    # Building a source distribution runs its code on the worker, as the worker: wheels only
+    # unless the worker's settings allow builds.
+    allow_builds: bool = False
 
     def uv_args(self) -> list[str]:
-        args: list[str] = []
+        args: list[str] = [] if self.allow_builds else ["--no-build"]
         if self.index_url == "none":
             args.append("--no-index")
         elif self.index_url:

@@ -45,7 +45,9 @@ def requested(spec: JobSpec, code_store: Path) -> list[str]:
 
 
 def cache_for(settings: Settings) -> EnvironmentCache:
-    sources = Sources(settings.pip_index_url, tuple(settings.pip_find_links))
+    sources = Sources(
+        settings.pip_index_url, tuple(settings.pip_find_links), settings.pip_allow_builds
+    )
     return EnvironmentCache(settings.envs_dir, settings.env_cache_bytes, sources)
 
 

@@ -122,9 +122,15 @@ def test_eviction_removes_the_least_recently_used_that_no_job_holds(tmp_path: Pa
 
 
 def test_sources_become_uv_options() -> None:
-    assert Sources().uv_args() == []
-    assert Sources("none", ("/wheels",)).uv_args() == ["--no-index", "--find-links", "/wheels"]
-    assert Sources("https://pypi.example/simple").uv_args() == [
+    assert Sources().uv_args() == ["--no-build"], "wheels only: no build code on the worker"
+    assert Sources(allow_builds=True).uv_args() == []
+    assert Sources("none", ("/wheels",)).uv_args() == [
+        "--no-build",
+        "--no-index",
+        "--find-links",
+        "/wheels",
+    ]
+    assert Sources("https://pypi.example/simple", allow_builds=True).uv_args() == [
         "--default-index",
         "https://pypi.example/simple",
     ]
