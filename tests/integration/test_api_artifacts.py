@@ -13,6 +13,12 @@ SECRET = b"the database password"
 
 
 @pytest.fixture
+def database_url(sqlite_url: str) -> str:
+    """SQLite only: the point is the file system, not the database."""
+    return sqlite_url
+
+
+@pytest.fixture
 def job_with_artifacts(settings: Settings) -> str:
     job_id = finished_job(settings)
     root = settings.data_dir.resolve() / "artifacts" / job_id
