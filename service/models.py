@@ -11,6 +11,8 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Column, Index, Integer, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
+from jobs.spec import JobSpec
+
 # SQLite only autoincrements an INTEGER PRIMARY KEY; PostgreSQL gets 64 bits.
 BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -46,9 +48,14 @@ class Job(SQLModel, table=True):
     idempotency_key: str | None = Field(default=None, max_length=256)
     request_hash: str | None = Field(default=None, max_length=64)
 
+    def job_spec(self) -> JobSpec:
+        """The spec, typed: the one way to read it (the column holds it as accepted, defaults
+        filled)."""
+        return JobSpec.model_validate(self.spec)
+
 
 class JobEvent(SQLModel, table=True):
-    """A change in a job's life: a state change, or a restart of its ranks."""
+    """A change in a job's life: a state change, a restart of its ranks, a checkpoint retired."""
 
     __tablename__ = "job_event"
     __table_args__ = (Index("ix_job_event_job_seq", "job_id", "seq", unique=True),)
@@ -56,7 +63,7 @@ class JobEvent(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     job_id: str = Field(foreign_key="job.id", max_length=32)
     seq: int = Field(sa_type=BigInteger)
-    kind: str = Field(max_length=16)
+    kind: str = Field(max_length=32)
     attempt: int
     ts: float
     data: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
@@ -141,6 +148,9 @@ class Checkpoint(SQLModel, table=True):
     sha256: str = Field(max_length=64)
     path: str = Field(max_length=1024)
     created_at: datetime = Field(default_factory=utcnow)
+    # Set when retention (or a newer save under the same path) retired it: the row stays, so
+    # the job's event history keeps its `checkpoint` event; a `checkpoint_deleted` follows.
+    deleted_at: datetime | None = None
 
 
 class CodeUpload(SQLModel, table=True):

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
+from jobs.contract.events import checkpoint_line
 from jobs.runtime import env
 from jobs.runtime.distributed import get_context, get_rank, unwrap_model
 from jobs.runtime.env import CheckpointPolicy, checkpoint_policy
@@ -113,15 +114,7 @@ def save_checkpoint(
         temp.unlink(missing_ok=True)
         raise
     _fsync_dir(directory)
-    write_event(
-        {
-            "type": "checkpoint",
-            "path": name,
-            "step": int(step),
-            "epoch": int(epoch),
-            "metrics": clean,
-        }
-    )
+    write_event(checkpoint_line(name, int(step), int(epoch), clean))
     return final
 
 

@@ -7,15 +7,14 @@ import shutil
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
-from redis.exceptions import RedisError
-from rq.exceptions import NoSuchJobError
 from sqlalchemy.exc import IntegrityError
 
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
-from service import code_store, policy, queue, store
+from service import code_store, policy, store
 from service.deps import (
     CurrentPrincipal,
+    ExecutorDep,
     JobSnapshot,
     OwnedJob,
     RedisDep,
@@ -23,6 +22,7 @@ from service.deps import (
     SettingsDep,
 )
 from service.errors import Conflict, InvalidTransition, ServiceUnavailable
+from service.executor import ExecutorUnavailable
 from service.models import Job
 from service.schemas import JobPublic, JobsPublic
 
@@ -41,6 +41,7 @@ def submit_job(
     response: Response,
     session: SessionDep,
     redis: RedisDep,
+    executor: ExecutorDep,
     settings: SettingsDep,
     principal: CurrentPrincipal,
     idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
@@ -73,8 +74,8 @@ def submit_job(
             raise
         return _replay(existing, request_hash, response)
     try:
-        queue.enqueue_attempt(redis, job, grace_s=settings.cancel_grace_s)
-    except RedisError as exc:
+        executor.submit(job)
+    except ExecutorUnavailable as exc:
         log.warning("job %s stored but not enqueued: %s", job.id, exc)
         raise ServiceUnavailable(
             "the job was stored but the queue is unreachable; it will be enqueued when "
@@ -117,7 +118,9 @@ async def get_job(job: JobSnapshot) -> JobPublic:
 
 
 @router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobPublic)
-def cancel_job(job: OwnedJob, session: SessionDep, redis: RedisDep) -> JobPublic:
+def cancel_job(job: OwnedJob, session: SessionDep, executor: ExecutorDep) -> JobPublic:
+    """A cancel is a change of the job's state, the one channel every attempt's supervisor
+    reads; the executor only withdraws what has not started."""
     state = JobState(job.state)
     if state is JobState.QUEUED and store.transition_job(
         session,
@@ -127,16 +130,9 @@ def cancel_job(job: OwnedJob, session: SessionDep, redis: RedisDep) -> JobPublic
         exit_reason=ExitReason.CANCELLED,
         message="cancelled before it started",
     ):
-        _drop_from_queue(redis, job)
+        _withdraw(executor, job)
     elif state in (JobState.STARTING, JobState.RUNNING, JobState.CANCELLING):
         store.transition_job(session, job.id, JobState.CANCELLING, attempt=job.attempt)
-        try:
-            queue.request_cancel(redis, job.id)
-        except RedisError as exc:
-            raise ServiceUnavailable(
-                "the job is marked cancelling but its worker could not be told; retry",
-                detail={"job_id": job.id},
-            ) from exc
     session.refresh(job)
     if JobState(job.state).is_terminal() and job.state != JobState.CANCELLED:
         raise InvalidTransition(
@@ -145,10 +141,10 @@ def cancel_job(job: OwnedJob, session: SessionDep, redis: RedisDep) -> JobPublic
     return JobPublic.from_row(job)
 
 
-def _drop_from_queue(redis: RedisDep, job: Job) -> None:
+def _withdraw(executor: ExecutorDep, job: Job) -> None:
     try:
-        queue.drop_queued_attempt(redis, job)
-    except (RedisError, NoSuchJobError) as exc:
+        executor.cancel(job)
+    except ExecutorUnavailable as exc:
         # The worker re-checks the database before it starts anything.
         log.info("job %s cancelled; its queue entry could not be removed: %s", job.id, exc)
 

@@ -7,7 +7,7 @@ import uuid
 import pytest
 from rq import Queue
 
-from jobs.states import JobState
+from jobs.states import AttemptRef, JobState
 from service.db import session_scope
 from service.queue import rq_job_id
 from service.store import transition_job
@@ -181,6 +181,6 @@ def test_attempt_not_queued_is_left_alone(wenv: WorkerEnv) -> None:
     job_id = wenv.submit("single.py")
     with session_scope(wenv.engine) as session:
         assert transition_job(session, job_id, JobState.CANCELLED)
-    assert run_attempt(wenv.engine, wenv.redis, wenv.settings, job_id, 1, worker_name="w") is None
-    assert run_attempt(wenv.engine, wenv.redis, wenv.settings, job_id, 2, worker_name="w") is None
+    assert run_attempt(wenv.services(), AttemptRef(job_id, 1), worker_name="w") is None
+    assert run_attempt(wenv.services(), AttemptRef(job_id, 2), worker_name="w") is None
     assert wenv.job(job_id).state == "cancelled"
