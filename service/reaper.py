@@ -35,7 +35,8 @@ from service.executor import Executor, ExecutorUnavailable, lost_tasks, submit_r
 from service.models import Job, utcnow
 from service.settings import Settings
 from service.store import (
-    end_attempt_job,
+    commit_end,
+    end_attempt,
     find_lost_jobs,
     find_lost_nodes,
     find_queued_jobs,
@@ -95,7 +96,7 @@ def reap_lost_jobs(
         )
         cancelling = job.state == JobState.CANCELLING
         with session_scope(engine) as session:
-            end = end_attempt_job(
+            end = end_attempt(
                 session,
                 job.id,
                 job.attempt,
@@ -104,6 +105,7 @@ def reap_lost_jobs(
                 message=f"cancelled; {message}" if cancelling else message,
                 lost_before=lost_before,
             )
+            commit_end(session, end)
         if not end.recorded:
             continue
         outcome = "retrying" if end.retried else "cancelled" if cancelling else "failed"
@@ -139,6 +141,7 @@ def reap_lost_nodes(
                 message=message,
                 lost_before=lost_before,
             )
+            commit_end(session, end)
         if not end.recorded:
             continue
         log.warning("job %s attempt %d: node %d %s", node.job_id, node.attempt, node.node, message)

@@ -28,7 +28,8 @@ from service.store import (
     AttemptEnd,
     NodeSeat,
     announce_node_failure,
-    end_attempt_job,
+    commit_end,
+    end_attempt,
     finish_node,
     join_node,
     take_job,
@@ -99,7 +100,7 @@ def record_outcome(
                     message=outcome.message,
                 )
             assert outcome is not None
-            return end_attempt_job(
+            end = end_attempt(
                 session,
                 job_id,
                 attempt,
@@ -109,6 +110,7 @@ def record_outcome(
                 message=outcome.message,
                 retry=executor is not None,
             )
+            return commit_end(session, end)
 
     end = retry_db(write, f"recording how {ref} ended")
     if end is None:

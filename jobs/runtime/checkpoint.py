@@ -7,7 +7,7 @@ A checkpoint is a dict saved with torch.save:
      "metrics": {...}, "extra": {...}, "job_id": ..., "attempt": ..., "world_size": ...}
 
 The model's state_dict is the unwrapped module's (no "module." prefix), so the file loads
-into a plain model with strict=True, as DESIGN.md requires. The file is complete on disk
+into a plain model with strict=True, as the README's contract requires. The file is complete on disk
 (temp name, fsync, rename, fsync of the directory) before its line is written to the
 events file, because the worker copies a checkpoint as soon as it reads that line.
 

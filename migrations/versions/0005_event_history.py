@@ -22,11 +22,15 @@ def upgrade() -> None:
         batch_op.add_column(
             sa.Column("deleted_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True)
         )
+    _event_kind_length(16, 32)
+
+
+def _event_kind_length(old: int, new: int) -> None:
     with op.batch_alter_table("job_event", schema=None) as batch_op:
         batch_op.alter_column(
             "kind",
-            existing_type=sqlmodel.sql.sqltypes.AutoString(length=16),
-            type_=sqlmodel.sql.sqltypes.AutoString(length=32),
+            existing_type=sqlmodel.sql.sqltypes.AutoString(length=old),
+            type_=sqlmodel.sql.sqltypes.AutoString(length=new),
             existing_nullable=False,
         )
 
@@ -34,12 +38,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("DELETE FROM job_event WHERE kind = 'checkpoint_deleted'")
     op.execute("DELETE FROM checkpoint WHERE deleted_at IS NOT NULL")
-    with op.batch_alter_table("job_event", schema=None) as batch_op:
-        batch_op.alter_column(
-            "kind",
-            existing_type=sqlmodel.sql.sqltypes.AutoString(length=32),
-            type_=sqlmodel.sql.sqltypes.AutoString(length=16),
-            existing_nullable=False,
-        )
+    _event_kind_length(32, 16)
     with op.batch_alter_table("checkpoint", schema=None) as batch_op:
         batch_op.drop_column("deleted_at")

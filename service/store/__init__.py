@@ -5,8 +5,8 @@ One module per concern, each above the lifecycle core it builds on:
     stream       a job's live stream (everything it recorded, in seq order)
     checkpoints  the checkpoint registry (register, list, retire)
     outputs      log lines, metric points and progress
-    nodes        the nodes of a multi-node attempt
     job_rows     create, find, list, heartbeat and delete job rows
+    nodes        the nodes of a multi-node attempt
     lifecycle    moves between states, retries, the end of an attempt, seq allocation
 
 Callers import from `service.store`; the names below are its interface.
@@ -35,8 +35,8 @@ from service.store.lifecycle import (
     AttemptSuperseded,
     add_attempt_event,
     allocate_seq,
+    commit_end,
     end_attempt,
-    end_attempt_job,
     last_sign_of_life,
     new_id,
     requeue_job,
@@ -75,6 +75,7 @@ __all__ = [
     "StreamRow",
     "add_attempt_event",
     "allocate_seq",
+    "commit_end",
     "announce_node_failure",
     "append_log_lines",
     "append_metric_points",
@@ -83,7 +84,6 @@ __all__ = [
     "delete_checkpoints",
     "delete_job_rows",
     "end_attempt",
-    "end_attempt_job",
     "find_job_by_idempotency_key",
     "find_lost_jobs",
     "find_lost_nodes",

@@ -344,28 +344,8 @@ def end_attempt(
     return AttemptEnd(recorded=moved)
 
 
-def end_attempt_job(
-    session: Session,
-    job_id: str,
-    attempt: int,
-    state: JobState,
-    *,
-    exit_reason: ExitReason,
-    lost_before: datetime | None = None,
-    retry: bool = True,
-    **fields: Any,
-) -> AttemptEnd:
-    """`end_attempt`, committed (the retried job refreshed for its submission)."""
-    end = end_attempt(
-        session,
-        job_id,
-        attempt,
-        state,
-        exit_reason=exit_reason,
-        lost_before=lost_before,
-        retry=retry,
-        **fields,
-    )
+def commit_end(session: Session, end: AttemptEnd) -> AttemptEnd:
+    """Commit what `end_attempt` recorded (the retried job refreshed for its submission)."""
     session.commit()
     if end.retried is not None:
         session.refresh(end.retried)

@@ -61,6 +61,33 @@ def test_the_contracts_import_nothing_but_each_other_and_pydantic() -> None:
                 assert top in sys.stdlib_module_names or top in allowed, (path, module)
 
 
+def test_the_client_loads_nothing_of_the_server() -> None:
+    # Only the CLI's server commands (`launchbay api`, `worker`...) import them, when run.
+    for path in sources("client"):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                module = node.module if isinstance(node, ast.ImportFrom) else None
+                for name in [*names, module or ""]:
+                    assert name.split(".")[0] not in ("jobs", "service", "worker"), (path, name)
+
+
+# Bottom first: each module of the store imports only those before it.
+STORE_LAYERS = ["lifecycle", "nodes", "job_rows", "outputs", "checkpoints", "stream"]
+
+
+def test_the_store_is_layered_on_its_lifecycle_core() -> None:
+    for i, layer in enumerate(STORE_LAYERS):
+        below = {f"service.store.{name}" for name in STORE_LAYERS[:i]}
+        used = {
+            m
+            for m in imported_modules(ROOT / f"service/store/{layer}.py")
+            if m.startswith("service.store")
+        }
+        assert used <= below, (layer, sorted(used - below))
+
+
 def test_distributed_does_not_import_the_events_module() -> None:
     # events imports distributed; the reverse would make a cycle.
     assert "jobs.runtime.events" not in imported_modules(ROOT / "jobs/runtime/distributed.py")
