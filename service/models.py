@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Column, Index, Integer, Text, UniqueConstraint
-from sqlmodel import Field, SQLModel
+from sqlmodel import AutoString, Field, SQLModel
 
 from jobs.spec import JobSpec
+from jobs.states import ExitReason, JobState
 
 # SQLite only autoincrements an INTEGER PRIMARY KEY; PostgreSQL gets 64 bits.
 BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
@@ -21,25 +22,32 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Job(SQLModel, table=True):
-    __tablename__ = "job"
-    __table_args__ = (UniqueConstraint("owner", "idempotency_key", name="uq_job_idempotency"),)
+class JobBase(SQLModel):
+    """What a job's row (`Job`) and its public form (`service.schemas.JobPublic`) share, in
+    the order clients see them."""
 
     id: str = Field(primary_key=True, max_length=32)
     name: str = Field(max_length=128)
-    owner: str = Field(default="", max_length=128, index=True)
-    state: str = Field(max_length=16, index=True)
+    state: JobState = Field(sa_type=AutoString(length=16), index=True)
+    # As accepted, defaults filled; read it typed with `Job.job_spec()`.
     spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
-    queue: str = Field(max_length=64)
-    attempt: int = 1
     created_at: datetime = Field(default_factory=utcnow, index=True)
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    last_heartbeat: datetime | None = None
+    attempt: int = 1
     exit_code: int | None = None
-    exit_reason: str | None = Field(default=None, max_length=32)
-    message: str | None = Field(default=None, sa_column=Column(Text))
+    exit_reason: ExitReason | None = Field(default=None, sa_type=AutoString(length=32))
+    message: str | None = Field(default=None, sa_type=Text)
     worker: str | None = Field(default=None, max_length=256)
+
+
+class Job(JobBase, table=True):
+    __tablename__ = "job"
+    __table_args__ = (UniqueConstraint("owner", "idempotency_key", name="uq_job_idempotency"),)
+
+    owner: str = Field(default="", max_length=128, index=True)
+    queue: str = Field(max_length=64)
+    last_heartbeat: datetime | None = None
     progress_step: int | None = None
     progress_epoch: int | None = None
     total_steps: int | None = None

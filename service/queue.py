@@ -1,10 +1,9 @@
 """The Redis side: the RQ executor (`service.executor`) and every Redis key Launchbay uses,
 built in one place."""
 
-import json
 from collections.abc import Sequence
-from typing import Any
 
+from pydantic import ValidationError
 from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
@@ -14,6 +13,7 @@ from rq.job import JobStatus
 
 from service.executor import ExecutorUnavailable, TaskPlan, TaskStatus
 from service.models import Job
+from service.schemas import WorkerRecord
 
 # Referenced by name so the service never imports the worker (and torch with it).
 RUN_JOB_TASK = "worker.tasks.run_job"
@@ -160,26 +160,25 @@ class RQExecutor:
             raise ExecutorUnavailable(f"Redis: {exc}") from exc
 
 
-def save_worker_record(redis: Redis, name: str, record: dict[str, Any], ttl_s: float) -> None:
+def save_worker_record(redis: Redis, record: WorkerRecord, ttl_s: float) -> None:
     """A worker's heartbeat: its record (JSON), kept for `ttl_s` unless refreshed."""
-    redis.set(worker_key(name), json.dumps(record), px=max(1, int(ttl_s * 1000)))
+    redis.set(worker_key(record.name), record.model_dump_json(), px=max(1, int(ttl_s * 1000)))
 
 
 def delete_worker_record(redis: Redis, name: str) -> None:
     redis.delete(worker_key(name))
 
 
-def read_worker_records(redis: Redis) -> list[dict[str, Any]]:
-    """The records of every worker whose heartbeat has not expired, by name."""
+def read_worker_records(redis: Redis) -> list[WorkerRecord]:
+    """The records of every worker whose heartbeat has not expired, by name (a record of
+    another version, or damaged, is skipped)."""
     keys = sorted(redis.scan_iter(match=WORKER_KEY_PATTERN, count=500))
     records = []
     for raw in redis.mget(keys) if keys else []:
         if raw is None:
             continue  # expired between the scan and the read
         try:
-            record = json.loads(raw)
-        except ValueError:
+            records.append(WorkerRecord.model_validate_json(raw))
+        except ValidationError:
             continue
-        if isinstance(record, dict):
-            records.append(record)
     return records

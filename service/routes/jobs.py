@@ -84,7 +84,7 @@ def submit_job(
             detail={"job_id": job.id},
         ) from exc
     log.info("job %s submitted by %s to queue %s", job.id, principal.name, job.queue)
-    return JobPublic.from_row(job)
+    return JobPublic.model_validate(job)
 
 
 def _replay(existing: Job, request_hash: str, response: Response) -> JobPublic:
@@ -95,7 +95,7 @@ def _replay(existing: Job, request_hash: str, response: Response) -> JobPublic:
             detail={"job_id": existing.id},
         )
     response.status_code = status.HTTP_200_OK
-    return JobPublic.from_row(existing)
+    return JobPublic.model_validate(existing)
 
 
 @router.get("", response_model=JobsPublic)
@@ -108,13 +108,13 @@ def list_jobs(
 ) -> JobsPublic:
     owner = None if principal.is_admin else principal.name
     rows, total = store.list_jobs(session, owner=owner, state=state, limit=limit, offset=offset)
-    return JobsPublic(items=[JobPublic.from_row(j) for j in rows], total=total)
+    return JobsPublic(items=[JobPublic.model_validate(j) for j in rows], total=total)
 
 
 @router.get("/{job_id}", response_model=JobPublic)
 async def get_job(job: JobSnapshot) -> JobPublic:
     # No I/O here: the dependency read the row in the thread pool.
-    return JobPublic.from_row(job)
+    return JobPublic.model_validate(job)
 
 
 @router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobPublic)
@@ -138,7 +138,7 @@ def cancel_job(job: OwnedJob, session: SessionDep, executor: ExecutorDep) -> Job
         raise InvalidTransition(
             f"job {job.id} already ended ({job.state})", detail={"state": job.state}
         )
-    return JobPublic.from_row(job)
+    return JobPublic.model_validate(job)
 
 
 def _withdraw(executor: ExecutorDep, job: Job) -> None:

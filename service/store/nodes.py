@@ -72,13 +72,7 @@ def join_node(
         session.rollback()
         return None
     if not hosting:
-        hosted_at = session.exec(
-            select(JobNode.endpoint).where(
-                JobNode.job_id == job_id,
-                JobNode.attempt == attempt,
-                col(JobNode.endpoint).is_not(None),
-            )
-        ).first()
+        hosted_at = _hosted_at(session, job_id, attempt)
         if hosted_at is None:
             session.rollback()
             return None
@@ -99,6 +93,16 @@ def join_node(
     spec = dict(job.spec)
     session.commit()
     return NodeSeat(endpoint=endpoint, is_host=hosting, spec=spec)
+
+
+def _hosted_at(session: Session, job_id: str, attempt: int) -> str | None:
+    """The rendezvous endpoint of the attempt, from the row of the node that hosts it."""
+    stmt = select(JobNode.endpoint).where(
+        JobNode.job_id == job_id,
+        JobNode.attempt == attempt,
+        col(JobNode.endpoint).is_not(None),
+    )
+    return session.exec(stmt).first()
 
 
 def mark_node_running(session: Session, job_id: str, attempt: int, node: int) -> None:

@@ -79,35 +79,46 @@ def append_output(
             ],
         )
     if points:
-        first += len(logs)
-        session.execute(
-            insert(MetricPoint),
-            [
-                {
-                    "job_id": job_id,
-                    "seq": first + i,
-                    "attempt": attempt,
-                    "step": p.step,
-                    "epoch": p.epoch,
-                    "name": p.name,
-                    "value": p.value,
-                    "ts": p.ts,
-                }
-                for i, p in enumerate(points)
-            ],
-        )
-        latest = session.exec(select(Job.latest_metrics).where(Job.id == job_id)).one()
-        values: dict[str, Any] = {
-            "latest_metrics": {**(latest or {}), **{p.name: p.value for p in points}},
-            **(progress or {}),
-        }
-        last = points[-1]
-        if last.step is not None:
-            values["progress_step"] = last.step
-        if last.epoch is not None:
-            values["progress_epoch"] = last.epoch
-        session.execute(update(JOB_TABLE).where(col(Job.id) == job_id).values(**values))
+        _insert_points(session, job_id, attempt, first + len(logs), points, progress)
     session.commit()
+
+
+def _insert_points(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    first: int,
+    points: Sequence[NewMetricPoint],
+    progress: dict[str, Any] | None,
+) -> None:
+    """The metric points at seqs from `first`, and the job's progress and latest values."""
+    session.execute(
+        insert(MetricPoint),
+        [
+            {
+                "job_id": job_id,
+                "seq": first + i,
+                "attempt": attempt,
+                "step": p.step,
+                "epoch": p.epoch,
+                "name": p.name,
+                "value": p.value,
+                "ts": p.ts,
+            }
+            for i, p in enumerate(points)
+        ],
+    )
+    latest = session.exec(select(Job.latest_metrics).where(Job.id == job_id)).one()
+    values: dict[str, Any] = {
+        "latest_metrics": {**(latest or {}), **{p.name: p.value for p in points}},
+        **(progress or {}),
+    }
+    last = points[-1]
+    if last.step is not None:
+        values["progress_step"] = last.step
+    if last.epoch is not None:
+        values["progress_epoch"] = last.epoch
+    session.execute(update(JOB_TABLE).where(col(Job.id) == job_id).values(**values))
 
 
 def list_log_lines(
