@@ -31,6 +31,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.contract.checkpoints import CheckpointPolicy
+from jobs.states import AttemptRef
 from service.db import session_scope
 from service.models import Checkpoint
 from service.store import (
@@ -148,8 +149,7 @@ class CheckpointRegistrar:
     def __init__(
         self,
         engine: Engine,
-        job_id: str,
-        attempt: int,
+        ref: AttemptRef,
         *,
         data_dir: Path,
         checkpoint_dir: Path,
@@ -157,8 +157,7 @@ class CheckpointRegistrar:
         settle_s: float = 0.5,
     ) -> None:
         self.engine = engine
-        self.job_id = job_id
-        self.attempt = attempt
+        self.job_id, self.attempt = ref.job_id, ref.attempt
         self.data_dir = data_dir.resolve()
         self.checkpoint_dir = checkpoint_dir
         self.policy = policy

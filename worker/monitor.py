@@ -128,8 +128,7 @@ class AttemptMonitor:
         self.announce = announce
         self.registrar = CheckpointRegistrar(
             engine,
-            ref.job_id,
-            ref.attempt,
+            ref,
             data_dir=paths.data_dir,
             checkpoint_dir=paths.checkpoint_dir,
             policy=spec.checkpoint,
@@ -137,13 +136,11 @@ class AttemptMonitor:
         )
         self.ingestor = Ingestor(
             engine,
-            ref.job_id,
-            ref.attempt,
+            ref,
             log_dir=paths.log_dir,
             events_file=paths.events_file,
             max_line_bytes=settings.max_log_line_bytes,
             on_checkpoint=self.registrar.add,
-            node=self.node or 0,
         )
         self.running = False
         self.restarts = 0
