@@ -6,9 +6,11 @@ insert, so `seq` is one dense, monotonic order per job: the id of the live event
 """
 
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, Index, Integer, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Dialect, Index, Integer, Text, UniqueConstraint
+from sqlalchemy.types import TypeDecorator
 from sqlmodel import AutoString, Field, SQLModel
 
 from jobs.spec import JobSpec
@@ -22,13 +24,31 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class StrEnumColumn(TypeDecorator[StrEnum]):
+    """A string column whose values are read back as members of `enum` (stored as plain
+    strings, so the schema does not change)."""
+
+    impl = AutoString
+    cache_ok = True
+
+    def __init__(self, enum: type[StrEnum], length: int) -> None:
+        super().__init__(length=length)
+        self.enum = enum
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else str(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> StrEnum | None:
+        return None if value is None else self.enum(value)
+
+
 class JobBase(SQLModel):
     """What a job's row (`Job`) and its public form (`service.schemas.JobPublic`) share, in
     the order clients see them."""
 
     id: str = Field(primary_key=True, max_length=32)
     name: str = Field(max_length=128)
-    state: JobState = Field(sa_type=AutoString(length=16), index=True)
+    state: JobState = Field(sa_type=StrEnumColumn(JobState, 16), index=True)
     # As accepted, defaults filled; read it typed with `Job.job_spec()`.
     spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow, index=True)
@@ -36,7 +56,7 @@ class JobBase(SQLModel):
     finished_at: datetime | None = None
     attempt: int = 1
     exit_code: int | None = None
-    exit_reason: ExitReason | None = Field(default=None, sa_type=AutoString(length=32))
+    exit_reason: ExitReason | None = Field(default=None, sa_type=StrEnumColumn(ExitReason, 32))
     message: str | None = Field(default=None, sa_type=Text)
     worker: str | None = Field(default=None, max_length=256)
 
