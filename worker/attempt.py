@@ -196,7 +196,7 @@ def take_attempt(
         endpoint=seat.endpoint,
         is_host=seat.is_host,
         local_addr=settings.worker_host,
-        timeout_s=seat.spec.get("rendezvous_timeout_s") or settings.rendezvous_timeout_s,
+        timeout_s=seat.rendezvous_timeout_s or settings.rendezvous_timeout_s,
         node=ref.node,
     )
     return TakenAttempt(ref, worker_name, seat.spec, rendezvous)

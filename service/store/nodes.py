@@ -16,11 +16,13 @@ from service.store.lifecycle import AttemptEnd, end_attempt, lock_job, transitio
 @dataclass(frozen=True)
 class NodeSeat:
     """What a node that joined an attempt runs with: the rendezvous endpoint (`host:port`),
-    whether this node hosts it, and the job's spec."""
+    whether this node hosts it, how long every node may take to join (the spec's, None: the
+    worker's default), and the job's spec."""
 
     endpoint: str
     is_host: bool
     spec: dict[str, Any]
+    rendezvous_timeout_s: float | None = None
 
 
 def node_key(job_id: str, attempt: int, node: int) -> tuple[ColumnElement[bool], ...]:
@@ -90,9 +92,9 @@ def join_node(
             last_heartbeat=now,
         )
     )
-    spec = dict(job.spec)
+    spec, timeout_s = dict(job.spec), job.job_spec().rendezvous_timeout_s
     session.commit()
-    return NodeSeat(endpoint=endpoint, is_host=hosting, spec=spec)
+    return NodeSeat(endpoint=endpoint, is_host=hosting, spec=spec, rendezvous_timeout_s=timeout_s)
 
 
 def _hosted_at(session: Session, job_id: str, attempt: int) -> str | None:
