@@ -2,7 +2,7 @@
 
 - steps/s with AMP off (fp32) and with bf16 autocast, each recipe, side by side: bf16 ÷ fp32;
 - GPU utilisation while they train (`nvidia-smi`, sampled every 0.25 s between the first and
-  the last metric line);
+  the last metric line, averaged over the GPUs this process sees, by UUID);
 - the stall a checkpoint save causes in the training loop: with a line every step and a
   checkpoint every CHECKPOINT_EVERY steps, the gap from the line of a saving step to the next
   line, minus the median gap between steps that neither save nor evaluate.
@@ -12,9 +12,11 @@ runs the same jobs on CPU with gloo and two ranks, to check the benchmark itself
 utilisation to sample then).
 """
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -48,27 +50,55 @@ class Target:
     backend: str
     nproc: int
     gpu_name: str | None
+    # The visible GPUs' UUIDs (as nvidia-smi writes them), whose utilisation is sampled.
+    gpu_uuids: tuple[str, ...] = ()
+
+
+# Asked in a child process, as the worker does: the benchmark process makes no CUDA context.
+_CUDA_PROBE = """\
+import json, torch
+count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+props = [torch.cuda.get_device_properties(i) for i in range(count)]
+print(json.dumps([count, props[0].name if props else None, [str(p.uuid) for p in props]]))
+"""
+
+
+def probe_cuda() -> tuple[int, str | None, tuple[str, ...]]:
+    """(visible CUDA devices, the first one's name, their UUIDs), in nvidia-smi's order."""
+    env = {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _CUDA_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+            env=env,
+        )
+        count, name, uuids = json.loads(done.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return 0, None, ()
+    return int(count), name, tuple(f"GPU-{u}" for u in uuids)
 
 
 def find_target() -> Target | None:
     """Where P7 runs: every CUDA device here, or CPU when asked; None to skip it."""
-    import torch
-
     if os.environ.get("LAUNCHBAY_BENCH_P7_DEVICE") == "cpu":
         return Target("cpu", "gloo", 2, None)
-    if not torch.cuda.is_available():
+    count, name, uuids = probe_cuda()
+    if count == 0:
         return None
-    count = torch.cuda.device_count()
-    return Target("cuda", "nccl", count, torch.cuda.get_device_name(0))
+    return Target("cuda", "nccl", count, name, uuids)
 
 
 class UtilisationSampler:
-    """`nvidia-smi`'s utilization.gpu of every GPU, every `interval` s, in a thread (none
-    when not `enabled`)."""
+    """`nvidia-smi`'s utilization.gpu of the GPUs `uuids` (of every GPU, when none are
+    given), every `interval` s, in a thread (none when not `enabled`)."""
 
-    def __init__(self, enabled: bool, interval: float = 0.25) -> None:
+    def __init__(self, enabled: bool, interval: float = 0.25, uuids: tuple[str, ...] = ()) -> None:
         self.enabled = enabled
         self.interval = interval
+        self.uuids = uuids
         self.samples: list[tuple[float, float]] = []  # (time, mean % over the GPUs)
         self.error: str | None = None
         self._stop = threading.Event()
@@ -85,11 +115,15 @@ class UtilisationSampler:
             self._thread.join()
 
     def _sample(self) -> None:
-        argv = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
+        argv = [
+            "nvidia-smi",
+            "--query-gpu=uuid,utilization.gpu",
+            "--format=csv,noheader,nounits",
+        ]
         while not self._stop.wait(self.interval):
             try:
                 done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=True)
-                self.samples.append((time.time(), parse_utilisation(done.stdout)))
+                self.samples.append((time.time(), parse_utilisation(done.stdout, self.uuids)))
             except (OSError, subprocess.SubprocessError, ValueError) as exc:
                 self.error = f"nvidia-smi: {exc}"  # the row says so; the job goes on
                 return
@@ -99,11 +133,22 @@ class UtilisationSampler:
         return sum(inside) / len(inside) if inside else None
 
 
-def parse_utilisation(output: str) -> float:
-    """The mean of nvidia-smi's per-GPU `utilization.gpu` lines (percent)."""
-    values = [float(line) for line in output.split() if line.strip()]
+def parse_utilisation(output: str, uuids: tuple[str, ...] = ()) -> float:
+    """The mean of nvidia-smi's per-GPU `utilization.gpu` (percent) over the GPUs `uuids`
+    (every GPU listed, when none are given); lines are `utilization` or `uuid, utilization`."""
+    wanted = {u.lower() for u in uuids}
+    values = []
+    for line in output.splitlines():
+        if not line.strip():
+            continue
+        uuid, _, value = line.rpartition(",")
+        if wanted and uuid.strip().lower() not in wanted:
+            continue
+        values.append(float(value))
     if not values:
-        raise ValueError(f"no utilisation in nvidia-smi's output: {output!r}")
+        raise ValueError(
+            f"no utilisation of {uuids or 'any GPU'} in nvidia-smi's output: {output!r}"
+        )
     return sum(values) / len(values)
 
 
@@ -165,7 +210,7 @@ def run(rounds: int = 2) -> list[Result]:
             unsampled = "" if sample else "; GPU utilisation not sampled (no nvidia-smi)"
             for i in range(rounds):
                 for amp in ("none", "bf16") if i % 2 == 0 else ("bf16", "none"):
-                    with UtilisationSampler(sample) as sampler:
+                    with UtilisationSampler(sample, uuids=target.gpu_uuids) as sampler:
                         events = run_job(http, stack, job_spec(target, recipe, config, amp))
                     speed[amp].append(steps_per_second(events))
                     ts = [e["ts"] for e in events if e.get("type") == "metric"]

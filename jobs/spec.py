@@ -28,6 +28,16 @@ LAUNCHER_ENV = frozenset(
         "MASTER_PORT",
     }
 )
+# What the worker sets to give a job its GPUs (worker/launch.py): a job may not choose its own.
+DEVICE_ENV = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "NVIDIA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+    }
+)
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")

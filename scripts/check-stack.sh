@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Validates the container stack offline: docker-compose.yml (docker-compose config)
-# and the Dockerfile (hadolint). Needs no Docker engine. Exits non-zero on any problem.
+# Validates the container stack offline: docker-compose.yml (docker-compose config), its
+# multi-node profile rendered for an example host, and the Dockerfile (hadolint). Needs no
+# Docker engine. Exits non-zero on any problem.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -51,6 +52,46 @@ check_compose() {
     echo "check-stack: docker-compose.yml ok"
 }
 
+# What one node of a multi-node job needs (docs/multi-node.md, "Across machines"), checked
+# in the profile as rendered for an example host: the host's network, the InfiniBand devices
+# and IPC_LOCK, the socket interfaces, and the address of the host and of the head.
+check_multinode_profile() {
+    local err rendered
+    err="$(mktemp)"
+    if ! rendered="$(env LAUNCHBAY_WORKER_HOST=10.0.0.2 LAUNCHBAY_HEAD_ADDR=10.0.0.1 \
+        NCCL_SOCKET_IFNAME=ens1f0 GLOO_SOCKET_IFNAME=ens1f0 POSTGRES_PASSWORD=example \
+        docker-compose -f docker-compose.yml --profile multi-node config 2>"$err")"; then
+        cat "$err" >&2
+        rm -f "$err"
+        fail "the multi-node profile of docker-compose.yml is invalid"
+    fi
+    if [[ -s "$err" ]]; then
+        cat "$err" >&2
+        rm -f "$err"
+        fail "the multi-node profile of docker-compose.yml validated with warnings"
+    fi
+    rm -f "$err"
+    local service
+    service="$(sed -n '/^  worker-multinode:$/,/^  [a-z]/p' <<<"$rendered")"
+    [[ -n "$service" ]] || fail "the multi-node profile has no worker-multinode service"
+    local expected
+    for expected in \
+        "network_mode: host" \
+        "- /dev/infiniband:/dev/infiniband" \
+        "- IPC_LOCK" \
+        "LAUNCHBAY_WORKER_HOST: 10.0.0.2" \
+        "NCCL_SOCKET_IFNAME: ens1f0" \
+        "GLOO_SOCKET_IFNAME: ens1f0" \
+        "LAUNCHBAY_REDIS_URL: redis://10.0.0.1:6379/0" \
+        "LAUNCHBAY_DATABASE_URL: postgresql+psycopg://launchbay:example@10.0.0.1:5432/launchbay" \
+        "- launchbay-data:/data:rw" \
+        "- multi-node"; do
+        sed 's/^ *//' <<<"$service" | grep -qxF -- "$expected" \
+            || fail "worker-multinode lacks '$expected' (docs/multi-node.md)"
+    done
+    echo "check-stack: docker-compose.yml profile multi-node ok"
+}
+
 check_dockerfile() {
     local hadolint
     hadolint="$(find_hadolint)"
@@ -60,6 +101,27 @@ check_dockerfile() {
     echo "check-stack: Dockerfile ok ($("$hadolint" --version))"
 }
 
+# The worker's healthcheck must be the heartbeat check, and that command must exist.
+check_worker_healthcheck() {
+    local python=python3
+    [[ -x .venv/bin/python ]] && python=.venv/bin/python
+    docker-compose -f docker-compose.yml config 2>/dev/null | "$python" -c '
+import sys, yaml
+worker = yaml.safe_load(sys.stdin)["services"]["worker"]
+check = worker.get("healthcheck") or {}
+test = check.get("test") or []
+if check.get("disable") or test[1:] != ["launchbay", "worker", "--check"]:
+    sys.exit(f"the worker healthcheck is {check!r}, not launchbay worker --check")
+' || fail "docker-compose.yml: the worker service needs healthcheck test [CMD, launchbay, worker, --check]"
+    if [[ -x .venv/bin/launchbay ]]; then
+        .venv/bin/launchbay worker --help | grep -q -- "--check" \
+            || fail "launchbay worker has no --check option"
+    fi
+    echo "check-stack: worker healthcheck ok"
+}
+
 ensure_docker_compose
 check_compose
+check_multinode_profile
+check_worker_healthcheck
 check_dockerfile

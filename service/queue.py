@@ -1,7 +1,9 @@
 """The Redis side: the RQ executor (`service.executor`) and every Redis key Launchbay uses,
 built in one place."""
 
+import json
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import ValidationError
 from redis import Redis
@@ -160,25 +162,42 @@ class RQExecutor:
             raise ExecutorUnavailable(f"Redis: {exc}") from exc
 
 
-def save_worker_record(redis: Redis, record: WorkerRecord, ttl_s: float) -> None:
+def save_worker_record(redis: Redis, name: str, record: dict[str, Any], ttl_s: float) -> None:
     """A worker's heartbeat: its record (JSON), kept for `ttl_s` unless refreshed."""
-    redis.set(worker_key(record.name), record.model_dump_json(), px=max(1, int(ttl_s * 1000)))
+    redis.set(worker_key(name), json.dumps(record), px=max(1, int(ttl_s * 1000)))
+
+
+def save_worker(redis: Redis, record: WorkerRecord, ttl_s: float) -> None:
+    """`save_worker_record` of a worker's typed record."""
+    save_worker_record(redis, record.name, record.model_dump(mode="json"), ttl_s)
 
 
 def delete_worker_record(redis: Redis, name: str) -> None:
     redis.delete(worker_key(name))
 
 
-def read_worker_records(redis: Redis) -> list[WorkerRecord]:
-    """The records of every worker whose heartbeat has not expired, by name (a record of
-    another version, or damaged, is skipped)."""
+def read_worker_records(redis: Redis) -> list[dict[str, Any]]:
+    """The records of every worker whose heartbeat has not expired, by name, as stored."""
     keys = sorted(redis.scan_iter(match=WORKER_KEY_PATTERN, count=500))
     records = []
     for raw in redis.mget(keys) if keys else []:
         if raw is None:
             continue  # expired between the scan and the read
         try:
-            records.append(WorkerRecord.model_validate_json(raw))
+            record = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def load_worker_records(redis: Redis) -> list[WorkerRecord]:
+    """`read_worker_records`, typed; a record of another version, or damaged, is skipped."""
+    records = []
+    for raw in read_worker_records(redis):
+        try:
+            records.append(WorkerRecord.model_validate(raw))
         except ValidationError:
             continue
     return records

@@ -185,9 +185,9 @@ class WorkerJob(BaseModel):
     node: int | None = None
 
 
-class WorkerRecord(BaseModel):
-    """What each `launchbay worker` keeps about itself in Redis (`worker.main`, refreshed with
-    every heartbeat, `service.queue.save_worker_record`) and GET /v1/workers answers."""
+class WorkerPublic(BaseModel):
+    """A worker as GET /v1/workers answers: its record (`WorkerRecord`) but for what stays
+    between the workers of a host."""
 
     name: str
     host: str
@@ -202,8 +202,18 @@ class WorkerRecord(BaseModel):
     current_job: WorkerJob | None
 
 
+class WorkerRecord(WorkerPublic):
+    """What each `launchbay worker` keeps about itself in Redis (`worker.main`, refreshed with
+    every heartbeat, `service.queue.save_worker_record`): the workers of a host read it to
+    refuse each other's GPUs, the API answers its public part."""
+
+    # The UUIDs of its GPUs, in the order of `devices` (worker/devices.py).
+    gpu_uuids: list[str] = []
+
+
 class WorkersPublic(BaseModel):
-    items: list[WorkerRecord]
+    # Records answered as WorkerPublic: fields of the record beyond it are not serialized.
+    items: list[WorkerPublic]
 
 
 class RecipePublic(BaseModel):

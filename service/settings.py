@@ -8,13 +8,14 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from jobs.spec import LAUNCHER_ENV
+from jobs.spec import DEVICE_ENV, LAUNCHER_ENV
 
 UPLOAD_PATH = "/v1/code"
 # Room for the multipart boundaries and part headers around the uploaded file.
 UPLOAD_ENVELOPE_BYTES = 64 * 1024
 # Environment a job spec may not set: the loader's and the interpreter's code-injection hooks,
-# Launchbay's own variables, and what torchrun sets for each rank. `NAME*` is a prefix.
+# Launchbay's own variables, what torchrun sets for each rank, and the GPUs a job is given.
+# `NAME*` is a prefix.
 DEFAULT_FORBIDDEN_ENV = (
     "LD_*",
     "DYLD_*",
@@ -22,6 +23,7 @@ DEFAULT_FORBIDDEN_ENV = (
     "MASTER_*",
     "TORCHELASTIC_*",
     *sorted(LAUNCHER_ENV),
+    *sorted(DEVICE_ENV),
     "PYTHONPATH",
     "PYTHONHOME",
     "PYTHONSTARTUP",
@@ -72,6 +74,9 @@ class Settings(BaseSettings):
     # not say (docs/multi-node.md).
     worker_host: str = Field(default_factory=socket.gethostname, min_length=1)
     rendezvous_timeout_s: float = Field(default=600.0, gt=0)
+    # A worker that should have GPUs (--gpus, /dev/nvidiactl, NVIDIA_VISIBLE_DEVICES) but
+    # finds CUDA unusable refuses to start unless this allows its jobs to run on CPU.
+    allow_cpu_fallback: bool = False
 
     # The reaper (docs/reliability.md): in the API unless turned off, or `launchbay reaper`.
     reaper_enabled: bool = True

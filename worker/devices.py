@@ -7,9 +7,20 @@ core this process may run on (`--slots N` says another number). GET /v1/workers 
 by their ids and CPU slots as `cpu:0` ... `cpu:<N-1>` (slots are counted, not pinned to cores).
 
 The worker assigns its devices once, before it takes jobs (`assign_devices`): the work horses
-RQ forks inherit them, and their jobs inherit `CUDA_VISIBLE_DEVICES` from the worker's
-environment. GPUs are exclusive on a host: a worker refuses to start on a GPU that a live
-worker of the same host already owns (`find_gpu_conflicts`). CPU slots are not.
+RQ forks inherit them, and each job gets the first `nproc_per_node` of them as its
+`CUDA_VISIBLE_DEVICES` (`worker.launch`). CUDA numbers devices in PCI bus order here
+(`CUDA_DEVICE_ORDER=PCI_BUS_ID`, for the probe and the ranks), as `nvidia-smi` does, so
+`--gpus 0` is nvidia-smi's GPU 0 also on a host with mixed GPUs.
+
+GPUs are exclusive: a worker refuses to start on a GPU that a live worker already owns
+(`find_gpu_conflicts`), compared by the UUIDs the probe reports, so two containers that
+each call their GPU `0` but share it are caught whatever their host names. CPU slots are
+not exclusive.
+
+A worker that should have GPUs (`--gpus`, the NVIDIA driver's `/dev/nvidiactl`, a container
+given GPUs by `NVIDIA_VISIBLE_DEVICES`) but finds CUDA unusable refuses to start
+(`check_cuda_usable`), with the probe's error, rather than quietly run its jobs on CPU;
+`LAUNCHBAY_ALLOW_CPU_FALLBACK` lets it, and `--slots` asks for a CPU worker on purpose.
 """
 
 import json
@@ -20,6 +31,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -37,33 +49,142 @@ class DevicesTaken(Exception):
 class CudaInfo:
     available: bool
     device_count: int
+    # The visible devices' UUIDs, in CUDA's order (empty when unknown).
+    uuids: tuple[str, ...] = ()
+    # Why CUDA is not usable, from the probe's stderr ("" when it is, or nothing was said).
+    error: str = ""
 
 
-_CUDA_PROBE = (
-    "import json, torch; available = torch.cuda.is_available(); "
-    "print(json.dumps([available, torch.cuda.device_count() if available else 0]))"
-)
+# How CUDA numbers the devices for the worker's probe and every rank: as nvidia-smi does.
+DEVICE_ORDER_ENV = "CUDA_DEVICE_ORDER"
+DEVICE_ORDER = "PCI_BUS_ID"
+# The NVIDIA driver's control device: present where the driver is loaded (and in a container
+# given GPUs by the NVIDIA Container Toolkit).
+NVIDIA_CONTROL_DEVICE = Path("/dev/nvidiactl")
+# NVIDIA_VISIBLE_DEVICES values that give a container no GPU.
+NO_NVIDIA_DEVICES = frozenset({"", "void", "none"})
+ALLOW_CPU_FALLBACK_ENV = "LAUNCHBAY_ALLOW_CPU_FALLBACK"
+STDERR_CHARS = 2000
+
+_CUDA_PROBE = """\
+import json, torch
+available = torch.cuda.is_available()
+count = torch.cuda.device_count() if available else 0
+uuids = []
+for index in range(count):
+    try:
+        uuids.append(str(torch.cuda.get_device_properties(index).uuid))
+    except Exception:
+        uuids = []
+        break
+print(json.dumps([available, count, uuids]))
+"""
+
+
+def probe_cuda(
+    python: str = sys.executable,
+    code: str = _CUDA_PROBE,
+    environ: Mapping[str, str] | None = None,
+    timeout_s: float = 300,
+) -> CudaInfo:
+    """Ask a short-lived interpreter what CUDA devices it sees (in PCI bus order), and their
+    UUIDs. What it says on stderr (torch's "CUDA initialization: ..." warning, a driver or
+    library error) is logged, and kept as the answer's `error` when CUDA is not usable.
+    `environ` is the environment it runs in (default this process's)."""
+    env = {**(os.environ if environ is None else environ), DEVICE_ORDER_ENV: DEVICE_ORDER}
+    try:
+        answer = subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, timeout=timeout_s, env=env
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("cannot ask torch about CUDA devices (%s); taking none", exc)
+        return CudaInfo(False, 0, error=str(exc))
+    stderr = _clip_stderr(answer.stderr)
+    try:
+        if answer.returncode != 0:
+            raise ValueError(f"the probe exited with status {answer.returncode}")
+        available, count, uuids = json.loads(answer.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError, TypeError) as exc:
+        log.warning("cannot ask torch about CUDA devices (%s); taking none: %s", exc, stderr)
+        return CudaInfo(False, 0, error=stderr or str(exc))
+    info = CudaInfo(bool(available), int(count), tuple(str(u) for u in uuids or ()))
+    if not (info.available and info.device_count):
+        # Not a warning by itself: most machines without CUDA have no GPU either. A worker
+        # that should have GPUs says it again, louder (`check_cuda_usable`).
+        if stderr:
+            log.info("torch finds no usable CUDA device: %s", stderr)
+        return CudaInfo(False, 0, error=stderr)
+    if stderr:
+        log.info("the CUDA probe said: %s", stderr)
+    return info
+
+
+def _clip_stderr(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= STDERR_CHARS else "..." + text[-STDERR_CHARS:]
 
 
 @lru_cache
 def detect_cuda() -> CudaInfo:
     """The CUDA devices this process's environment sees (`CUDA_VISIBLE_DEVICES` included),
-    asked once per process of a short-lived interpreter: the worker itself never imports
-    torch or touches CUDA, so the work horses it forks are small, quick to fork and free of
-    CUDA state. No answer (torch missing or broken): no CUDA device."""
-    try:
-        answer = subprocess.run(
-            [sys.executable, "-c", _CUDA_PROBE],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=True,
+    asked once per process of a short-lived interpreter (`probe_cuda`): the worker itself
+    never imports torch or touches CUDA, so the work horses it forks are small, quick to fork
+    and free of CUDA state. No answer (torch missing or broken): no CUDA device."""
+    return probe_cuda()
+
+
+def gpu_evidence(
+    gpus_given: bool,
+    environ: Mapping[str, str] | None = None,
+    control_device: Path = NVIDIA_CONTROL_DEVICE,
+) -> list[str]:
+    """Why this worker should have usable CUDA devices: none, on a machine without GPUs."""
+    environ = os.environ if environ is None else environ
+    reasons = []
+    if gpus_given:
+        reasons.append("--gpus was given")
+    if control_device.exists():
+        reasons.append(f"{control_device} exists (the NVIDIA driver is loaded)")
+    visible = environ.get("NVIDIA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip().lower() not in NO_NVIDIA_DEVICES:
+        reasons.append(f"NVIDIA_VISIBLE_DEVICES={visible} (a container given GPUs)")
+    return reasons
+
+
+def check_cuda_usable(
+    cuda: CudaInfo,
+    *,
+    gpus_given: bool,
+    slots_given: bool,
+    allow_cpu_fallback: bool,
+    environ: Mapping[str, str] | None = None,
+    control_device: Path = NVIDIA_CONTROL_DEVICE,
+) -> None:
+    """Refuse to start a worker that should have GPUs but finds CUDA unusable (a wrong
+    driver, container toolkit or device reservation): it would run every `device: auto` job
+    on CPU with gloo, and "succeed". `--slots` (a CPU worker on purpose) and
+    LAUNCHBAY_ALLOW_CPU_FALLBACK let it start; the latter with a warning."""
+    if (cuda.available and cuda.device_count) or slots_given:
+        return
+    reasons = gpu_evidence(gpus_given, environ, control_device)
+    if not reasons:
+        return
+    why = cuda.error or "torch.cuda.is_available() is False"
+    if allow_cpu_fallback:
+        log.warning(
+            "CUDA is not usable (%s) although %s; running jobs on CPU, as %s allows",
+            why,
+            "; ".join(reasons),
+            ALLOW_CPU_FALLBACK_ENV,
         )
-        available, count = json.loads(answer.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
-        log.warning("cannot ask torch about CUDA devices (%s); taking none", exc)
-        return CudaInfo(False, 0)
-    return CudaInfo(bool(available), int(count))
+        return
+    raise DevicesTaken(
+        f"CUDA is not usable, but this worker should have GPUs: {'; '.join(reasons)}. "
+        f"The CUDA probe said: {why}. Check the NVIDIA driver (nvidia-smi), the NVIDIA "
+        "Container Toolkit and the container's GPU reservation (docs/deployment.md, "
+        f'"First hour on a GPU host"), or set {ALLOW_CPU_FALLBACK_ENV}=true to run '
+        "this worker's jobs on CPU"
+    )
 
 
 @dataclass(frozen=True)
@@ -92,7 +213,8 @@ class WorkerDevices:
 
 
 def parse_gpu_ids(text: str) -> tuple[str, ...]:
-    """The CUDA ids of `--gpus`: a comma-separated list, none empty, none twice."""
+    """The CUDA ids of `--gpus`: a comma-separated list, none empty, none twice, at most one
+    MIG instance (CUDA shows a process one MIG instance, whatever it is given)."""
     ids = tuple(item.strip() for item in text.split(","))
     if not any(ids):
         raise ValueError("give at least one CUDA device id, e.g. --gpus 0,1")
@@ -101,6 +223,11 @@ def parse_gpu_ids(text: str) -> tuple[str, ...]:
     repeated = sorted({i for i in ids if ids.count(i) > 1})
     if repeated:
         raise ValueError(f"{text!r} names device {', '.join(repeated)} more than once")
+    if sum(i.upper().startswith("MIG-") for i in ids) > 1:
+        raise ValueError(
+            f"{text!r}: CUDA exposes one MIG instance per process, so a worker owns at most "
+            "one; run one worker per MIG instance (e.g. --gpus MIG-<uuid>)"
+        )
     return ids
 
 
@@ -130,8 +257,10 @@ def choose_devices(gpus: Sequence[str] | None, cpu_slots: int | None) -> WorkerD
     """The devices of `launchbay worker --gpus ... | --slots N`, or the defaults.
 
     Given GPUs become this process's `CUDA_VISIBLE_DEVICES` at once, before CUDA is asked
-    about (`detect_cuda`), so that the worker and every job it runs see only them.
+    about (`detect_cuda`), so that the worker and every job it runs see only them; CUDA
+    numbers them in PCI bus order (`CUDA_DEVICE_ORDER`), as nvidia-smi does.
     """
+    os.environ[DEVICE_ORDER_ENV] = DEVICE_ORDER
     if gpus and cpu_slots is not None:
         raise DevicesTaken("give either GPUs (--gpus) or CPU slots (--slots), not both")
     if gpus:
@@ -158,17 +287,32 @@ def is_cpu_slot(device_id: str) -> bool:
 
 
 def find_gpu_conflicts(
-    devices: WorkerDevices, host: str, records: Iterable[Mapping[str, Any]], own_name: str
+    devices: WorkerDevices,
+    host: str,
+    records: Iterable[Mapping[str, Any]],
+    own_name: str,
+    uuids: Sequence[str] = (),
 ) -> dict[str, list[str]]:
-    """The other live workers of `host` (from their records, `service.queue`) that own some
-    of our GPUs: {worker name: the GPU ids both own}."""
+    """The other live workers (from their records, `service.queue`) that own some of our
+    GPUs: {worker name: our ids of the GPUs both own}. Where both sides know their GPUs'
+    UUIDs (`uuids`, in the order of `devices.gpus`; a record's `gpu_uuids`) those are
+    compared, on any host; else the ids as written, on the same host."""
+    by_uuid = (
+        dict(zip(uuids, devices.gpus, strict=False)) if len(uuids) == len(devices.gpus) else {}
+    )
     mine = set(devices.gpus)
     conflicts: dict[str, list[str]] = {}
     for record in records:
-        if record.get("host") != host or record.get("name") == own_name:
+        if record.get("name") == own_name:
             continue
-        theirs = {str(d) for d in record.get("devices") or () if not is_cpu_slot(str(d))}
-        shared = sorted(mine & theirs)
+        their_uuids = {str(u) for u in record.get("gpu_uuids") or ()}
+        if by_uuid and their_uuids:
+            shared = sorted(by_uuid[u] for u in by_uuid.keys() & their_uuids)
+        elif record.get("host") == host:
+            theirs = {str(d) for d in record.get("devices") or () if not is_cpu_slot(str(d))}
+            shared = sorted(mine & theirs)
+        else:
+            continue
         if shared:
             conflicts[str(record.get("name"))] = shared
     return conflicts

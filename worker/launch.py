@@ -14,12 +14,12 @@ rank's stdout and stderr to ``<log dir>/rank-<RANK>.log`` and records an uncaugh
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.contract import env as rank_env
-from jobs.spec import LAUNCHER_ENV, JobSpec
+from jobs.spec import DEVICE_ENV, LAUNCHER_ENV, JobSpec
 
 RANK_ENTRY = Path(__file__).resolve().with_name("rank_main.py")
 LOCALHOST = "127.0.0.1"
@@ -142,6 +142,7 @@ def build_launch(
     recipe_module: str | None = None,
     default_collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S,
     rendezvous: Rendezvous | None = None,
+    gpus: Sequence[str] = (),
 ) -> LaunchPlan:
     """The command, environment and working directory of one attempt (of one node of it, with
     `rendezvous`, for a multi-node job).
@@ -151,6 +152,7 @@ def build_launch(
     `recipe_module` is the recipe's module (required for `recipe:` specs).
     `base_env` is the worker's own environment; the ranks get it minus the service's secrets,
     then `spec.env`, then Launchbay's variables, which nothing overrides.
+    `gpus` are the worker's GPUs (CUDA ids); the job sees the first `nproc_per_node` of them.
     """
     if spec.code is not None:
         cwd = paths.code_dir
@@ -174,6 +176,7 @@ def build_launch(
         cuda_available=cuda_available,
         base_env=base_env,
         default_collective_timeout_s=default_collective_timeout_s,
+        gpus=gpus,
     )
     if rendezvous is not None:
         env[NODE_ENV] = str(rendezvous.node)
@@ -218,13 +221,16 @@ def build_env(
     cuda_available: bool,
     base_env: Mapping[str, str],
     default_collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S,
+    gpus: Sequence[str] = (),
 ) -> dict[str, str]:
     """Every rank's environment (see `build_launch` for the order of precedence; the
     collective timeout is the one value of Launchbay's that `spec.env` may set)."""
     # Inherited launcher variables would only mislead this launch.
     env = {k: v for k, v in base_env.items() if k not in SECRET_ENV and k not in LAUNCHER_ENV}
     env = {k: v for k, v in env.items() if not k.startswith("TORCHELASTIC_")}
-    env.update(spec.env)
+    # The GPUs are the worker's to give, whatever the spec says (the API refuses them too).
+    env.update({k: v for k, v in spec.env.items() if k not in DEVICE_ENV})
+    env.update(gpu_env(spec, gpus))
     uses_cuda = spec.uses_cuda(cuda_available)
     if not uses_cuda and "OMP_NUM_THREADS" not in spec.env:
         env["OMP_NUM_THREADS"] = "1"
@@ -237,6 +243,7 @@ def build_env(
             rank_env.ATTEMPT: str(attempt),
             rank_env.EVENTS_FILE: str(paths.events_file),
             rank_env.CHECKPOINT_DIR: str(paths.checkpoint_dir),
+            rank_env.LOG_DIR: str(paths.log_dir),
             rank_env.CONFIG: json.dumps(spec.config, separators=(",", ":")),
             rank_env.AMP: spec.amp,
             rank_env.DEVICE: "cuda" if uses_cuda else "cpu",
@@ -250,6 +257,15 @@ def build_env(
         env[FRESH_STORE_ENV] = "1"
     if COLLECTIVE_TIMEOUT_ENV not in spec.env:
         env[COLLECTIVE_TIMEOUT_ENV] = str(collective_timeout_s(spec, default_collective_timeout_s))
+    return env
+
+
+def gpu_env(spec: JobSpec, gpus: Sequence[str]) -> dict[str, str]:
+    """The GPUs a job sees: the first `nproc_per_node` of its worker's, numbered in PCI bus
+    order as nvidia-smi does (a worker without GPUs passes its own CUDA_VISIBLE_DEVICES on)."""
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[: spec.nproc_per_node])
     return env
 
 

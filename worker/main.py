@@ -18,8 +18,9 @@ current job and last heartbeat, refreshed every `heartbeat_interval_s` from RQ's
 (RQ's dequeue timeout and job monitoring interval are set to that interval). Redis going away
 and coming back is survived: a heartbeat or a bookkeeping write that fails is logged, and a
 work loop that RQ gives up is started again. Before its first job a worker writes its record
-and looks at the others': a GPU already owned by a live worker of the same host makes it
-refuse to start (`DevicesTaken`).
+and looks at the others': a GPU already owned by a live worker (the same UUID, or the same
+id on the same host) makes it refuse to start (`DevicesTaken`), as does a worker that should
+have GPUs but finds CUDA unusable (`worker.devices.check_cuda_usable`).
 """
 
 import gc
@@ -45,7 +46,7 @@ from service.queue import (
     RUN_JOB_TASK,
     delete_worker_record,
     read_worker_records,
-    save_worker_record,
+    save_worker,
 )
 from service.schemas import WorkerJob, WorkerRecord
 from service.settings import Settings, get_settings
@@ -54,6 +55,7 @@ from worker.devices import (
     DevicesTaken,
     WorkerDevices,
     assign_devices,
+    check_cuda_usable,
     check_gpus_seen,
     choose_devices,
     describe_conflicts,
@@ -98,6 +100,8 @@ class LaunchbayWorker(Worker):
     heartbeat_interval_s: float = 5.0
     host: str = socket.gethostname()
     devices: Sequence[str] = ("cpu:0",)
+    # The UUIDs of its GPUs as CUDA reports them (none without CUDA), for the overlap check.
+    gpu_uuids: Sequence[str] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -171,6 +175,7 @@ class LaunchbayWorker(Worker):
             pid=self.main_pid,
             queues=self.queue_names(),
             devices=list(self.devices),
+            gpu_uuids=list(self.gpu_uuids),
             state="busy" if current else "idle",
             started_at=self.started,
             last_heartbeat=utcnow(),
@@ -212,9 +217,7 @@ class LaunchbayWorker(Worker):
             except RedisError as exc:
                 log.warning("worker %s: cannot claim its devices yet: %s", self.name, exc)
                 time.sleep(RESTART_DELAY_S)
-        conflicts = find_gpu_conflicts(
-            devices, self.host, [r.model_dump() for r in records], self.name
-        )
+        conflicts = find_gpu_conflicts(devices, self.host, records, self.name, self.gpu_uuids)
         if conflicts:
             with suppress(RedisError):
                 delete_worker_record(self.connection, self.name)
@@ -222,7 +225,7 @@ class LaunchbayWorker(Worker):
 
     def save_record_or_raise(self) -> None:
         ttl_s = max(15.0, 3 * self.heartbeat_interval_s)
-        save_worker_record(self.connection, self.record(), ttl_s)
+        save_worker(self.connection, self.record(), ttl_s)
 
     def teardown(self) -> None:
         try:
@@ -286,7 +289,14 @@ def run_worker(
     tasks.configure(settings)
     devices = choose_devices(gpus, cpu_slots)  # before CUDA is first asked about
     preload()
-    check_gpus_seen(devices, detect_cuda())
+    cuda = detect_cuda()
+    check_cuda_usable(
+        cuda,
+        gpus_given=bool(gpus),
+        slots_given=cpu_slots is not None,
+        allow_cpu_fallback=settings.allow_cpu_fallback,
+    )
+    check_gpus_seen(devices, cuda)
     interval = max(1, round(settings.heartbeat_interval_s))
     worker = LaunchbayWorker(
         list(queues),
@@ -299,9 +309,17 @@ def run_worker(
     worker.horse_stop_timeout_s = settings.cancel_grace_s + 20.0
     worker.heartbeat_interval_s = settings.heartbeat_interval_s
     worker.host = settings.worker_host
+    if devices.gpus and cuda.available:
+        worker.gpu_uuids = cuda.uuids[: len(devices.gpus)]
     worker.claim_devices(devices)
     assign_devices(devices)
-    log.info("worker %s on %s owns %s", worker.name, worker.host, devices.describe())
+    log.info(
+        "worker %s on %s owns %s%s",
+        worker.name,
+        worker.host,
+        devices.describe(),
+        f", UUIDs {','.join(worker.gpu_uuids)}" if worker.gpu_uuids else "",
+    )
     stopped = stop_orphans(settings.data_dir.resolve())
     if stopped:
         log.warning("killed processes %s left by attempts whose supervisor died", stopped)

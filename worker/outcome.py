@@ -2,8 +2,11 @@
 summary, the ranks' error records and the tails of their logs.
 
 The failing rank is the one that failed first: a rank killed by a signal torchrun does not send
-itself (it only SIGTERMs the others once one has failed), else the earliest Python error
-recorded by `rank_main.py`, else torchrun's own "root cause".
+itself (it only SIGTERMs the others once one has failed) and that is not SIGABRT, else the
+Python error recorded by `rank_main.py` that names a cause (out of memory), else the earliest
+one, else torchrun's own "root cause" (which may be a rank that died of SIGABRT). SIGABRT ranks low
+because it is mostly a symptom: NCCL's watchdog aborts a rank whose collective waited in vain
+for a peer that failed, and gloo's threads sometimes abort at exit after the error was recorded.
 """
 
 import json
@@ -17,8 +20,15 @@ from worker.launch import RunPaths
 
 TAIL_LINES = 20
 MAX_MESSAGE_CHARS = 8000
-# Exit of a rank that ran out of memory: the OOM killer's SIGKILL, or torch's own error.
-OOM_ERROR = re.compile(r"CUDA out of memory|OutOfMemoryError|\bMemoryError\b")
+# Exit of a rank that ran out of memory: the OOM killer's SIGKILL, or the error of torch
+# (torch.OutOfMemoryError, or AcceleratorError "CUDA error: out of memory" from a kernel
+# launch), NCCL ("Cuda failure 'out of memory'", "Cuda failure 2 'out of memory'"), cuBLAS,
+# cuDNN or Python.
+OOM_ERROR = re.compile(
+    r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|\bMemoryError\b"
+    r"|Cuda failure (?:\d+ )?'out of memory'|CUBLAS_STATUS_ALLOC_FAILED"
+    r"|CUDNN_STATUS_NOT_ENOUGH_MEMORY|CUDNN_STATUS_ALLOC_FAILED"
+)
 OOM_KILL_TEXT = re.compile(r"\bKilled\b|[Oo]ut of memory")
 _FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 _ROOT_CAUSE = "Root Cause (first observed failure):"
@@ -96,14 +106,21 @@ def read_error_records(log_dir: Path, restart: int) -> dict[int, ErrorRecord]:
     return records
 
 
+def is_oom_error(text: str) -> bool:
+    return OOM_ERROR.search(text) is not None
+
+
 def find_failing_rank(launcher_text: str, records: dict[int, ErrorRecord]) -> RankFailure | None:
     root, failures = parse_torchrun_failures(launcher_text)
     codes = {f.rank: f.exit_code for f in failures}
-    killed = [f for f in failures if f.exit_code < 0 and f.exit_code != -signal.SIGTERM]
+    symptoms = (-signal.SIGTERM, -signal.SIGABRT)
+    killed = [f for f in failures if f.exit_code < 0 and f.exit_code not in symptoms]
     if killed:
         return root if root in killed else killed[0]
     if records:
-        first = min(records.values(), key=lambda r: r.ts)
+        # A record that names the cause beats an earlier one that names its consequence
+        # (a peer's broken collective), then the earliest wins.
+        first = min(records.values(), key=lambda r: (not is_oom_error(r.error), r.ts))
         return RankFailure(first.rank, codes.get(first.rank, first.exit_code))
     return root
 
@@ -156,7 +173,7 @@ def classify_exit(
         message = f"{head}: {record.error}\n{last_lines(record.traceback) or rank_tail}"
     else:
         message = f"{head}\n{rank_tail}"
-    oom = OOM_ERROR.search(record.error if record else rank_tail) is not None
+    oom = is_oom_error(record.error if record else rank_tail)
     if failure.exit_code in (-signal.SIGKILL, 128 + signal.SIGKILL):
         oom = oom or oom_killed or bool(OOM_KILL_TEXT.search(rank_tail + launcher_text[-4096:]))
     reason = ExitReason.OOM if oom else ExitReason.USER_ERROR

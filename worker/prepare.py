@@ -57,8 +57,12 @@ def check_resources(spec: JobSpec, cuda: CudaInfo) -> None:
         raise LaunchProblem("backend=nccl needs CUDA devices; use gloo (or auto) on CPU")
     devices = worker_devices(cuda)
     if spec.nproc_per_node > devices.count:
+        # Not lowered to fit: the spec (nproc_per_node 2 by default) says what was accepted
+        # and a retry elsewhere may fit; the message says what to change.
         raise LaunchProblem(
-            f"nproc_per_node={spec.nproc_per_node}, but this worker has {devices.describe()}"
+            f"nproc_per_node={spec.nproc_per_node}, but this worker has {devices.describe()}: "
+            f"set nproc_per_node: {devices.count} (or fewer) in the job spec, or submit it to "
+            f"a queue whose workers have {spec.nproc_per_node} or more"
         )
     if spec.launcher == "torchrun" and not torchrun_installed():
         raise LaunchProblem("torchrun (torch.distributed.run) is not installed on this worker")
@@ -154,4 +158,5 @@ def prepare_attempt(
         recipe_module=module,
         default_collective_timeout_s=collective_timeout_s,
         rendezvous=rendezvous,
+        gpus=worker_devices(cuda).gpus,
     )

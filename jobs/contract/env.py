@@ -12,5 +12,7 @@ DEVICE = "LAUNCHBAY_DEVICE"
 BACKEND = "LAUNCHBAY_BACKEND"
 CHECKPOINT = "LAUNCHBAY_CHECKPOINT"
 COLLECTIVE_TIMEOUT_S = "LAUNCHBAY_COLLECTIVE_TIMEOUT_S"
+# The attempt's log directory: each rank's log and error record (worker/rank_main.py).
+LOG_DIR = "LAUNCHBAY_LOG_DIR"
 # Which node of a multi-node job the rank runs on.
 NODE = "LAUNCHBAY_NODE"

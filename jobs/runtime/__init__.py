@@ -52,6 +52,7 @@ from jobs.runtime.data import (
 from jobs.runtime.distributed import (
     DistContext,
     DistributedSetupError,
+    abort_distributed,
     barrier,
     distributed,
     gather_eval,
@@ -78,6 +79,7 @@ __all__ = [
     "DistributedSetupError",
     "ResumableDistributedSampler",
     "RuntimeEnvError",
+    "abort_distributed",
     "accumulation_context",
     "autocast",
     "barrier",

@@ -27,11 +27,18 @@ def _fallback(message: str, mode: str) -> str:
     return mode
 
 
+def _native_bf16() -> bool:
+    """Whether the current GPU computes in bf16 itself: torch counts emulation as support
+    unless asked not to."""
+    return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+
+
 def resolve_amp(amp: str | None = None, device: torch.device | None = None) -> str:
     """The AMP mode to use on `device`: `amp` (default LAUNCHBAY_AMP) after device fallbacks.
 
     fp16 on CPU becomes bf16 (CPU autocast is built for bf16 and GradScaler buys nothing
-    there); bf16 on a GPU without bf16 support becomes fp16.
+    there); bf16 on a GPU without native bf16 (before Ampere: T4, V100) becomes fp16 with
+    loss scaling, which is faster there than the emulated bf16 that torch would accept.
     """
     mode = (amp or env.amp_mode()).lower()
     if mode not in env.AMP_MODES:
@@ -39,8 +46,8 @@ def resolve_amp(amp: str | None = None, device: torch.device | None = None) -> s
     device = device or get_context().device
     if mode == "fp16" and device.type != "cuda":
         return _fallback("amp=fp16 needs a CUDA device; using bf16 autocast on CPU instead", "bf16")
-    if mode == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        return _fallback("amp=bf16 is not supported by this GPU; using fp16 instead", "fp16")
+    if mode == "bf16" and device.type == "cuda" and not _native_bf16():
+        return _fallback("amp=bf16 is not native on this GPU; using fp16 instead", "fp16")
     return mode
 
 

@@ -7,7 +7,9 @@ A checkpoint is a dict saved with torch.save:
      "metrics": {...}, "extra": {...}, "job_id": ..., "attempt": ..., "world_size": ...}
 
 The model's state_dict is the unwrapped module's (no "module." prefix), so the file loads
-into a plain model with strict=True, as the README's contract requires. The file is complete on disk
+into a plain model with strict=True, as the README's contract requires. Every tensor in it is
+on the CPU (copied there from the GPU; the model and optimizer keep theirs), so a downloaded
+checkpoint loads on a machine without CUDA even without `map_location`. The file is complete on disk
 (temp name, fsync, rename, fsync of the directory) before its line is written to the
 events file, because the worker copies a checkpoint as soon as it reads that line.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -42,7 +45,27 @@ def checkpoint_name(step: int) -> str:
 
 
 def _state_dict(obj: Any) -> Any:
-    return obj.state_dict() if obj is not None else None
+    return on_cpu(obj.state_dict()) if obj is not None else None
+
+
+def on_cpu(state: Any) -> Any:
+    """`state` with every tensor in it on the CPU: a tensor elsewhere is copied, one already
+    there is kept as it is; dicts (with a state_dict's `_metadata`), lists and tuples are
+    rebuilt around them."""
+    if isinstance(state, torch.Tensor):
+        return state if state.device.type == "cpu" else state.to("cpu")
+    if isinstance(state, Mapping):
+        rebuilt = OrderedDict if isinstance(state, OrderedDict) else dict
+        moved = rebuilt((key, on_cpu(value)) for key, value in state.items())
+        metadata = getattr(state, "_metadata", None)
+        if metadata is not None:
+            moved._metadata = metadata  # type: ignore[attr-defined]
+        return moved
+    if isinstance(state, list):
+        return [on_cpu(item) for item in state]
+    if isinstance(state, tuple) and not hasattr(state, "_fields"):
+        return tuple(on_cpu(item) for item in state)
+    return state
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -86,7 +109,7 @@ def save_checkpoint(
     clean = clean_metrics(metrics or {})
     state: dict[str, Any] = {
         "format": CHECKPOINT_FORMAT,
-        "model": unwrap_model(model).state_dict(),
+        "model": on_cpu(unwrap_model(model).state_dict()),
         "optimizer": _state_dict(optimizer),
         "scheduler": _state_dict(scheduler),
         "scaler": _state_dict(scaler),
@@ -94,7 +117,7 @@ def save_checkpoint(
         "epoch": int(epoch),
         "sampler_position": int(sampler_position),
         "metrics": clean,
-        "extra": dict(extra or {}),
+        "extra": on_cpu(dict(extra or {})),
         "job_id": env.job_id(),
         "attempt": env.attempt(),
         "world_size": get_context().world_size,

@@ -21,9 +21,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.distributed_c10d import _abort_process_group
 from torch.nn.parallel import DistributedDataParallel
 
 from jobs.runtime import env
+from jobs.runtime.failure import record_rank_error
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +129,8 @@ def setup_distributed() -> DistContext:
 
 
 def at_teardown(hook: Callable[[], None]) -> None:
-    """Call `hook` in every `teardown_distributed` (the events module closes its file there)."""
+    """Call `hook` in every `teardown_distributed` and `abort_distributed` (the events module
+    closes its file there)."""
     _teardown_hooks.append(hook)
 
 
@@ -147,14 +150,35 @@ def teardown_distributed() -> None:
         dist.destroy_process_group()
 
 
+def abort_distributed() -> None:
+    """Leave the process group without waiting for anyone, on the error path.
+
+    After a failure a collective may still be pending (a peer dead or stuck):
+    `destroy_process_group` can then block on NCCL's teardown until the watchdog kills the
+    rank with SIGABRT, while an abort returns at once (torch's `_abort_process_group`, what
+    torch 2.13 offers; it aborts gloo's group too). Safe to call twice."""
+    global _context
+    _context = None
+    for hook in _teardown_hooks:
+        hook()
+    if dist.is_available() and dist.is_initialized():
+        _abort_process_group()
+        gc.collect()  # the DDP wrappers' cycles hold the aborted group (see teardown)
+
+
 @contextmanager
 def distributed() -> Iterator[DistContext]:
-    """``with distributed() as ctx:`` sets up, and always tears down, also on error."""
+    """``with distributed() as ctx:`` sets up, and always leaves the group, also on error:
+    on success it tears the group down (every rank meets first); on an error it records the
+    rank's error (`jobs.runtime.failure`) and then aborts the group (`abort_distributed`),
+    as torchtitan does, so no pending collective keeps a failed rank from exiting."""
     ctx = setup_distributed()
     try:
         yield ctx
-    except BaseException:
-        teardown_distributed()
+    except BaseException as exc:
+        if not isinstance(exc, KeyboardInterrupt | SystemExit):
+            record_rank_error(exc)
+        abort_distributed()
         raise
     # On success every rank meets here first: a rank that tore gloo down while a peer was
     # still at work (rank 0 saving its last checkpoint) was seen to abort at exit.

@@ -29,6 +29,7 @@ from jobs.contract.env import (
     DEVICE,
     EVENTS_FILE,
     JOB_ID,
+    LOG_DIR,
     RESUME_FROM,
 )
 
@@ -43,6 +44,7 @@ __all__ = [
     "DEVICE",
     "EVENTS_FILE",
     "JOB_ID",
+    "LOG_DIR",
     "RESUME_FROM",
     "CheckpointPolicy",
     "RuntimeEnvError",
@@ -129,6 +131,11 @@ def events_file() -> str | None:
 def checkpoint_dir() -> Path:
     """Where checkpoints go: LAUNCHBAY_CHECKPOINT_DIR, else ./checkpoints for a local run."""
     return Path(_get(CHECKPOINT_DIR) or DEFAULT_CHECKPOINT_DIR)
+
+
+def log_dir() -> Path | None:
+    raw = _get(LOG_DIR)
+    return Path(raw) if raw else None
 
 
 def resume_from() -> Path | None:

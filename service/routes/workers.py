@@ -7,8 +7,8 @@ from sqlmodel import col, select
 from service.deps import CurrentPrincipal, RedisDep, SessionDep
 from service.errors import ServiceUnavailable
 from service.models import Job
-from service.queue import read_worker_records
-from service.schemas import WorkersPublic
+from service.queue import load_worker_records
+from service.schemas import WorkerPublic, WorkersPublic
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"])
 
@@ -20,13 +20,13 @@ def list_workers(
     """Every worker whose heartbeat is current, by name. A job a worker runs is shown only to
     an admin or the job's owner (others see the worker busy, not with what)."""
     try:
-        records = read_worker_records(redis)
+        records = load_worker_records(redis)
     except RedisError as exc:
         raise ServiceUnavailable(
             "Redis is unreachable: the workers cannot be listed",
             detail={"redis": f"error: {type(exc).__name__}"},
         ) from exc
-    workers = records
+    workers: list[WorkerPublic] = list(records)
     if not principal.is_admin:
         running = [w.current_job.id for w in workers if w.current_job is not None]
         stmt = select(Job.id).where(col(Job.id).in_(running), Job.owner == principal.name)

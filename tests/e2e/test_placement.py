@@ -21,10 +21,13 @@ pytestmark = pytest.mark.skipif(
     0 < torch.cuda.device_count() < 4, reason="needs no CUDA device, or at least 4"
 )
 
+# Without CUDA, a worker given GPUs refuses to start unless told its jobs may run on CPU.
+CPU_FALLBACK = {"LAUNCHBAY_ALLOW_CPU_FALLBACK": "true"}
+
 SCRIPT = b"""\
 import os
 
-names = ("CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE")
+names = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "RANK", "WORLD_SIZE")
 print(" ".join(f"{name}={os.environ.get(name)}" for name in names), flush=True)
 """
 
@@ -65,8 +68,8 @@ def rank_lines(http: httpx.Client, job_id: str) -> dict[int, list[str]]:
 
 def test_workers_split_the_gpus_of_a_machine(placement_stack: Stack) -> None:
     stack = placement_stack
-    stack.start_worker("pair-a", args=["--gpus", "0,1"])
-    stack.start_worker("pair-b", args=["--gpus", "2, 3"])
+    stack.start_worker("pair-a", args=["--gpus", "0,1"], **CPU_FALLBACK)
+    stack.start_worker("pair-b", args=["--gpus", "2, 3"], **CPU_FALLBACK)
     with stack.client() as http:
         assert wait_until(lambda: len(workers_by_queue(http)) == 2, timeout=90), stack.worker_logs()
         workers = workers_by_queue(http)
@@ -75,7 +78,7 @@ def test_workers_split_the_gpus_of_a_machine(placement_stack: Stack) -> None:
         assert workers["pair-a"]["host"] == workers["pair-b"]["host"]
 
         # A third worker on GPUs both others hold refuses to start, naming who holds which.
-        third = stack.start_worker("pair-c", args=["--gpus", "3,1"])
+        third = stack.start_worker("pair-c", args=["--gpus", "3,1"], **CPU_FALLBACK)
         third.wait(timeout=90)
         assert third.returncode == 1, stack.worker_logs()
         refusal = (stack.root / "worker-2.log").read_text()
@@ -91,16 +94,27 @@ def test_workers_split_the_gpus_of_a_machine(placement_stack: Stack) -> None:
         code_id = upload.json()["code_id"]
         jobs = {queue: submit(http, code_id, queue, nproc=2) for queue in ("pair-a", "pair-b")}
         too_big = submit(http, code_id, "pair-b", nproc=3)
+        one_rank = submit(http, code_id, "pair-b", nproc=1)
 
         for queue, visible in (("pair-a", "0,1"), ("pair-b", "2,3")):
             job = stack.wait_for_state(http, jobs[queue], {"succeeded"})
             assert job["worker"] == workers[queue]["name"]
             lines = rank_lines(http, jobs[queue])
             for rank in (0, 1):
-                expected = f"CUDA_VISIBLE_DEVICES={visible} RANK={rank} WORLD_SIZE=2"
+                expected = (
+                    f"CUDA_VISIBLE_DEVICES={visible} CUDA_DEVICE_ORDER=PCI_BUS_ID "
+                    f"RANK={rank} WORLD_SIZE=2"
+                )
                 assert expected in lines[rank], lines
+
+        # A job sees the first nproc_per_node of its worker's GPUs.
+        stack.wait_for_state(http, one_rank, {"succeeded"})
+        expected = "CUDA_VISIBLE_DEVICES=2 CUDA_DEVICE_ORDER=PCI_BUS_ID RANK=0 WORLD_SIZE=1"
+        assert expected in rank_lines(http, one_rank)[0]
 
         failed = stack.wait_for_state(http, too_big, {"failed"})
         assert failed["exit_reason"] == "launch_error"
-        assert failed["message"] == "nproc_per_node=3, but this worker has 2 device(s) (2,3)"
+        assert failed["message"].startswith(
+            "nproc_per_node=3, but this worker has 2 device(s) (2,3): set nproc_per_node: 2"
+        )
         assert failed["worker"] == workers["pair-b"]["name"]

@@ -77,6 +77,12 @@ def stored_spec(settings: Settings, job_id: str) -> dict[str, Any]:
         "TORCHELASTIC_RUN_ID",
         "PYTHONPATH",
         "pythonpath",
+        "CUDA_VISIBLE_DEVICES",
+        "cuda_visible_devices",
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
     ],
 )
 def test_forbidden_env_names_are_refused_for_everyone(

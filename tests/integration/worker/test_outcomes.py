@@ -172,7 +172,10 @@ def test_a_job_larger_than_the_worker_is_not_launched(
     result = wenv.run(job_id)
     job = wenv.job(job_id)
 
-    message = "nproc_per_node=5, but this worker has 4 CPU slot(s)"
+    message = (
+        "nproc_per_node=5, but this worker has 4 CPU slot(s): set nproc_per_node: 4 (or fewer) "
+        "in the job spec, or submit it to a queue whose workers have 5 or more"
+    )
     assert (job.state, job.exit_reason, job.message) == ("failed", "launch_error", message)
     assert result.processes == []
 

@@ -48,6 +48,9 @@ def test_synthetic_failure_names_the_rank(wenv: WorkerEnv) -> None:
     assert job.message.startswith(
         "rank 1 failed (exit code 1): RuntimeError: synthetic failure on rank 1"
     )
+    # The SDK recorded the error, then aborted the group (not destroyed it).
+    said = "[launchbay] rank 1 failed (RuntimeError: synthetic failure on rank 1); aborting"
+    assert any(row.rank == 1 and row.line.startswith(said) for row in wenv.logs(job_id))
 
 
 def test_a_retry_resumes_from_the_latest_checkpoint(wenv: WorkerEnv) -> None:

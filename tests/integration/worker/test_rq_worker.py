@@ -1,6 +1,7 @@
 """The RQ entry point: a real worker takes the job off its queue (burst mode), and a worker's
 cold shutdown stops the running job's processes before its work horse dies."""
 
+import logging
 import os
 import signal
 import sys
@@ -8,13 +9,14 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from rq import Queue
 from rq.job import Job as RQJob
 from rq.job import JobStatus
 
 from service.db import session_scope
 from service.models import Job
-from service.queue import enqueue_attempt, rq_job_id
+from service.queue import enqueue_attempt, rq_job_id, worker_key
 from tests.integration.worker.conftest import WorkerEnv
 from tests.support.procs import job_processes, start, stop, wait_until
 from worker import supervise, tasks
@@ -131,3 +133,55 @@ def test_an_attempt_taken_for_a_horse_of_a_worker_shutting_down_is_lost(wenv: Wo
     assert (job.state, job.exit_reason) == ("failed", "worker_lost")
     assert job.message == "worker test-worker:1 shut down before the job started"
     assert not job_processes(job_id)
+
+
+def test_a_worker_given_gpus_without_cuda_refuses_unless_cpu_is_allowed(
+    wenv: WorkerEnv, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """This machine has no CUDA: `--gpus 0` would quietly run every job on CPU."""
+    from worker import devices
+    from worker.devices import DevicesTaken, detect_cuda
+
+    if detect_cuda().available:
+        pytest.skip("this machine has CUDA")
+    monkeypatch.setattr(devices, "_assigned", None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(DevicesTaken, match="LAUNCHBAY_ALLOW_CPU_FALLBACK=true"):
+        run_worker([queue], burst=True, settings=wenv.settings, gpus=("0",))
+
+    allowed = wenv.settings.model_copy(update={"allow_cpu_fallback": True})
+    with caplog.at_level(logging.WARNING, logger="worker.devices"):
+        assert not run_worker([queue], burst=True, settings=allowed, gpus=("0",))
+    assert "running jobs on CPU, as LAUNCHBAY_ALLOW_CPU_FALLBACK allows" in caplog.text
+
+
+def test_workers_sharing_a_gpu_are_found_by_its_uuid_not_their_host_names(
+    wenv: WorkerEnv,
+) -> None:
+    """Containers on bridge networks: each has a host name of its own, and each calls the GPU
+    it was given `0`. Only the UUIDs in their records say whether they share one."""
+    from worker.devices import DevicesTaken, WorkerDevices
+    from worker.main import LaunchbayWorker
+
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    suffix = uuid.uuid4().hex[:8]
+    started: list[LaunchbayWorker] = []
+
+    def claim(name: str, host: str, gpu_uuid: str) -> None:
+        worker = LaunchbayWorker([queue], connection=wenv.redis, name=f"{name}-{suffix}")
+        worker.host, worker.gpu_uuids = host, (gpu_uuid,)
+        started.append(worker)
+        worker.claim_devices(WorkerDevices(gpus=("0",)))
+
+    try:
+        claim("a", "container-a", "uuid-of-gpu-4")
+        claim("b", "container-b", "uuid-of-gpu-5")  # another GPU, also called 0: fine
+        with pytest.raises(
+            DevicesTaken, match=f"GPUs already owned on host container-c: 0 by worker a-{suffix}"
+        ):
+            claim("c", "container-c", "uuid-of-gpu-4")
+    finally:
+        for worker in started:
+            wenv.redis.delete(worker_key(worker.name))

@@ -5,7 +5,7 @@ import time
 from fastapi.testclient import TestClient
 from redis import Redis
 
-from service.queue import save_worker_record
+from service.queue import save_worker
 from service.schemas import WorkerJob
 from service.settings import Settings
 from worker.main import LaunchbayWorker
@@ -44,7 +44,7 @@ def test_workers_with_their_queues_devices_heartbeat_and_job(
     assert [(w["state"], w["current_job"]) for w in others] == [("idle", None), ("busy", None)]
 
     # A heartbeat that is not renewed expires.
-    save_worker_record(redis, idle.record().model_copy(update={"name": "host:3"}), ttl_s=0.2)
+    save_worker(redis, idle.record().model_copy(update={"name": "host:3"}), ttl_s=0.2)
     assert len(api.get("/v1/workers").json()["items"]) == 3
     time.sleep(0.4)
     assert len(api.get("/v1/workers").json()["items"]) == 2

@@ -61,3 +61,24 @@ def test_accumulated_micro_batches_equal_one_large_batch() -> None:
         assert is_accumulation_boundary(micro, accum) == (micro == accum - 1)
     assert large.weight.grad is not None and small.weight.grad is not None
     torch.testing.assert_close(small.weight.grad, large.weight.grad)
+
+
+@pytest.mark.parametrize(("native", "mode"), [(True, "bf16"), (False, "fp16")])
+def test_bf16_on_a_gpu_without_native_bf16_falls_back_to_fp16(
+    native: bool, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pre-Ampere GPU (T4, V100) emulates bf16, which torch counts as support by default."""
+    asked: list[dict[str, object]] = []
+
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        asked.append({"including_emulation": including_emulation})
+        return native or including_emulation
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+    monkeypatch.setattr(amp, "_warned", set())
+    if native:
+        assert resolve_amp("bf16", torch.device("cuda", 0)) == mode
+    else:
+        with pytest.warns(RuntimeWarning, match="bf16 is not native on this GPU"):
+            assert resolve_amp("bf16", torch.device("cuda", 0)) == mode
+    assert asked == [{"including_emulation": False}]

@@ -195,3 +195,60 @@ def test_checkpoint_files_sort_by_step() -> None:
     names = [checkpoint.checkpoint_name(s) for s in (1000, 20, 3)]
     assert sorted(names) == [checkpoint.checkpoint_name(s) for s in (3, 20, 1000)]
     assert os.path.basename(names[0]) == "step-000001000.pt"
+
+
+class OnGpu(torch.Tensor):
+    """A CPU tensor that says it is on cuda:0, as a trained model's tensors would be; `.to()`
+    gives the plain CPU tensor that a copy off the GPU would."""
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("cuda", 0)
+
+    def to(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        assert args == ("cpu",) and not kwargs, (args, kwargs)
+        return self.as_subclass(torch.Tensor).clone()
+
+
+def tensors_in(state: Any) -> Iterator[torch.Tensor]:
+    if isinstance(state, torch.Tensor):
+        yield state
+    elif isinstance(state, dict):
+        for value in state.values():
+            yield from tensors_in(value)
+    elif isinstance(state, list | tuple):
+        for value in state:
+            yield from tensors_in(value)
+
+
+def test_a_checkpoint_of_gpu_tensors_holds_cpu_tensors_and_leaves_training_alone(
+    dirs: tuple[Path, Path],
+) -> None:
+    model = Net()
+    optimizer, scheduler = train_a_little(model)
+    model.register_buffer("running", torch.arange(3.0).as_subclass(OnGpu))
+    for param_state in optimizer.state.values():
+        param_state["exp_avg"] = param_state["exp_avg"].as_subclass(OnGpu)
+    on_gpu_before = [s["exp_avg"] for s in optimizer.state.values()]
+
+    path = save_checkpoint(
+        model,
+        optimizer,
+        scheduler,
+        step=3,
+        epoch=1,
+        extra={"ema": torch.ones(2).as_subclass(OnGpu)},
+    )
+
+    assert path is not None
+    # A CPU-only machine loads it without map_location (and with weights_only).
+    state = torch.load(path, weights_only=True)
+    tensors = list(tensors_in(state))
+    assert len(tensors) > len(model.state_dict())
+    assert {(type(t), t.device.type) for t in tensors} == {(torch.Tensor, "cpu")}
+    assert torch.equal(state["model"]["running"], torch.arange(3.0))
+    assert hasattr(state["model"], "_metadata"), "the state_dict's versions are kept"
+    # Training goes on with its own tensors, where they were.
+    assert type(model.running) is OnGpu
+    after = [s["exp_avg"] for s in optimizer.state.values()]
+    assert all(a is b for a, b in zip(after, on_gpu_before, strict=True))

@@ -182,3 +182,93 @@ def test_a_failing_rank_fails_the_run_and_its_peers_are_stopped() -> None:
     with pytest.raises(RankFailed, match="rank 1 exited") as failure:
         run_ranks(rank_fails_on_one, 2, timeout_s=60)
     assert "rank one gives up" in str(failure.value)
+
+
+def torchrun_env_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "TORCHELASTIC_RUN_ID": "unit-test",
+        env.DEVICE: "cpu",
+    }.items():
+        monkeypatch.setenv(name, value)
+
+
+def watch_leaving(monkeypatch: pytest.MonkeyPatch, log_dir: Path) -> list[str]:
+    """What leaving the group does, in order: the error record written, abort, destroy."""
+    import importlib
+
+    from jobs.runtime import failure
+
+    module = importlib.import_module("jobs.runtime.distributed")  # the package's name is a function
+
+    calls: list[str] = []
+    record = failure.record_rank_error
+    abort = module._abort_process_group
+    destroy = dist.destroy_process_group
+
+    def recording(exc: BaseException) -> None:
+        record(exc)
+        calls.append(f"record {sorted(p.name for p in log_dir.iterdir())}")
+
+    def aborting(group: Any = None) -> None:
+        calls.append("abort")
+        abort(group)
+
+    def destroying(group: Any = None) -> None:
+        calls.append("destroy")
+        destroy(group)
+
+    monkeypatch.setattr(module, "record_rank_error", recording)
+    monkeypatch.setattr(module, "_abort_process_group", aborting)
+    monkeypatch.setattr(dist, "destroy_process_group", destroying)
+    return calls
+
+
+def test_on_error_the_record_is_written_then_the_group_aborted_never_destroyed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    torchrun_env_of_one(monkeypatch)
+    monkeypatch.setenv(env.LOG_DIR, str(tmp_path))
+    calls = watch_leaving(monkeypatch, tmp_path)
+    with pytest.raises(MemoryError), lb.distributed():
+        assert dist.is_initialized()
+        raise MemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+    assert calls == ["record ['rank-0.error.json']", "abort"]
+    assert not dist.is_initialized()
+    assert "[launchbay] rank 0 failed (MemoryError: CUDA out of memory" in capfd.readouterr().err
+
+    # The record is one the worker reads (worker/outcome.py), naming the error and where.
+    from worker.outcome import read_error_records
+
+    (found,) = read_error_records(tmp_path, restart=0).values()
+    assert (found.rank, found.exit_code) == (0, 1)
+    assert found.error == "MemoryError: CUDA out of memory. Tried to allocate 8.00 GiB"
+    assert "test_on_error_the_record_is_written" in found.traceback
+    assert found.traceback.rstrip().endswith(found.error)
+
+
+def test_on_success_the_group_is_destroyed_and_nothing_recorded(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    torchrun_env_of_one(monkeypatch)
+    monkeypatch.setenv(env.LOG_DIR, str(tmp_path))
+    calls = watch_leaving(monkeypatch, tmp_path)
+    with lb.distributed():
+        assert dist.is_initialized()
+    assert calls == ["destroy"]
+    assert not dist.is_initialized()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_rank_stopped_by_a_signal_is_not_recorded_as_failed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    torchrun_env_of_one(monkeypatch)
+    monkeypatch.setenv(env.LOG_DIR, str(tmp_path))
+    calls = watch_leaving(monkeypatch, tmp_path)
+    with pytest.raises(KeyboardInterrupt), lb.distributed():
+        raise KeyboardInterrupt
+    assert calls == ["abort"]

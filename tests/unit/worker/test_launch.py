@@ -30,6 +30,7 @@ def plan(
     base_env: dict[str, str] | None = None,
     paths: RunPaths = PATHS,
     rendezvous: Rendezvous | None = None,
+    gpus: tuple[str, ...] = (),
 ) -> LaunchPlan:
     return build_launch(
         job_spec,
@@ -43,6 +44,7 @@ def plan(
         base_env=base_env or {},
         recipe_module="jobs.recipes.synthetic" if job_spec.recipe else None,
         rendezvous=rendezvous,
+        gpus=gpus,
     )
 
 
@@ -277,3 +279,38 @@ def test_a_node_of_a_multi_node_job_meets_the_others_at_the_published_endpoint()
 
 def test_a_single_node_job_names_no_node() -> None:
     assert "LAUNCHBAY_NODE" not in plan(spec(), base_env={"LAUNCHBAY_NODE": "1"}).env
+
+
+GPU_ENV = {
+    "CUDA_VISIBLE_DEVICES": "GPU-of-another-worker",
+    "NVIDIA_VISIBLE_DEVICES": "all",
+    "CUDA_DEVICE_ORDER": "FASTEST_FIRST",
+    "HIP_VISIBLE_DEVICES": "0,1,2,3",
+    "ROCR_VISIBLE_DEVICES": "0,1,2,3",
+}
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "python"])
+def test_a_job_sees_the_first_nproc_per_node_of_its_workers_gpus_whatever_its_env(
+    launcher: str,
+) -> None:
+    """The API refuses these variables in a spec; a spec stored before that, or a policy
+    that allows them, still cannot give a job GPUs its worker does not own."""
+    job_spec = spec(nproc_per_node=2, launcher=launcher, env={**GPU_ENV, "FOO": "1"})
+    base = {"CUDA_VISIBLE_DEVICES": "4,5,6", "CUDA_DEVICE_ORDER": "FASTEST_FIRST"}
+    env = plan(job_spec, cuda=True, base_env=base, gpus=("4", "5", "6")).env
+    assert env["CUDA_VISIBLE_DEVICES"] == "4,5"
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert env["FOO"] == "1"
+    for name in ("NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        assert name not in env
+
+
+def test_a_cpu_worker_passes_its_own_visible_devices_on() -> None:
+    env = plan(spec(env=GPU_ENV), base_env={"CUDA_VISIBLE_DEVICES": ""}).env
+    assert (env["CUDA_VISIBLE_DEVICES"], env["CUDA_DEVICE_ORDER"]) == ("", "PCI_BUS_ID")
+    assert "CUDA_VISIBLE_DEVICES" not in plan(spec(env=GPU_ENV)).env
+
+
+def test_ranks_know_where_their_error_record_goes() -> None:
+    assert plan(spec()).env["LAUNCHBAY_LOG_DIR"] == str(PATHS.log_dir)

@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from jobs.states import ExitReason, JobState
 from worker.launch import RunPaths
 from worker.outcome import (
@@ -132,3 +134,78 @@ def test_success(tmp_path: Path) -> None:
         ExitReason.COMPLETED,
         0,
     )
+
+
+GPU_OOM_ERRORS = [
+    "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB",
+    "AcceleratorError: CUDA error: out of memory\nSearch for `cudaErrorMemoryAllocation'",
+    "DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, unhandled cuda error (run "
+    "with NCCL_DEBUG=INFO for details), NCCL version 2.27.5\nncclUnhandledCudaError: Call to "
+    "CUDA function failed.\nLast error:\nCuda failure 'out of memory'",
+    "DistBackendError: NCCL error: unhandled cuda error\nLast error:\n"
+    "Cuda failure 2 'out of memory'",
+    "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_ENOUGH_MEMORY",
+    "MemoryError",
+]
+
+
+@pytest.mark.parametrize("error", GPU_OOM_ERRORS)
+def test_gpu_out_of_memory_in_its_many_spellings(tmp_path: Path, error: str) -> None:
+    paths = RunPaths.for_attempt(tmp_path, "j", 1)
+    write_failure(paths, 1, error, error)
+    outcome = classify_exit(1, paths=paths, launcher="torchrun", ranks_started=True)
+    assert outcome.reason == ExitReason.OOM, error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "AcceleratorError: CUDA error: an illegal memory access was encountered",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED",
+        "ValueError: memory_format must be contiguous",
+    ],
+)
+def test_other_gpu_errors_stay_user_errors(tmp_path: Path, error: str) -> None:
+    paths = RunPaths.for_attempt(tmp_path, "j", 1)
+    write_failure(paths, 1, error, error)
+    outcome = classify_exit(1, paths=paths, launcher="torchrun", ranks_started=True)
+    assert outcome.reason == ExitReason.USER_ERROR, error
+
+
+WATCHDOG_SUMMARY = SUMMARY.replace(
+    "exitcode  : -15 (pid: 13071)  (SIGTERM)", "exitcode  : -6 (pid: 13071)  (SIGABRT)"
+)
+
+
+def test_a_watchdog_sigabrt_does_not_outrank_the_error_that_caused_it(tmp_path: Path) -> None:
+    """Rank 1 runs out of GPU memory; rank 0, stuck in the collective rank 1 never joined, is
+    aborted by NCCL's watchdog (SIGABRT, no Python error)."""
+    oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB"
+    assert find_failing_rank(WATCHDOG_SUMMARY, {1: record(1, 5.0, oom)}) == RankFailure(1, 1)
+    # No record at all: torchrun's root cause, also when that is the aborted rank.
+    assert find_failing_rank(WATCHDOG_SUMMARY, {}) == RankFailure(1, 1)
+    only_abort = WATCHDOG_SUMMARY[: WATCHDOG_SUMMARY.find("Root Cause")] + (
+        "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n"
+        "  exitcode  : -6 (pid: 13071)\n"
+    )
+    assert find_failing_rank(only_abort, {}) == RankFailure(0, -6)
+
+    paths = RunPaths.for_attempt(tmp_path, "j", 1)
+    write_failure(paths, 1, oom, oom)
+    paths.launcher_log.write_text(WATCHDOG_SUMMARY)
+    outcome = classify_exit(1, paths=paths, launcher="torchrun", ranks_started=True)
+    assert (outcome.reason, outcome.exit_code) == (ExitReason.OOM, 1)
+    assert outcome.message is not None and outcome.message.startswith("rank 1 failed")
+
+
+def test_the_record_naming_the_cause_beats_an_earlier_consequence() -> None:
+    """Rank 0's collective broke (its peer died) a moment before rank 1's OOM was recorded."""
+    broken = "DistBackendError: NCCL communicator was aborted on rank 0"
+    oom = "AcceleratorError: CUDA error: out of memory"
+    records = {0: record(0, 10.1, broken), 1: record(1, 10.4, oom)}
+    assert find_failing_rank(SUMMARY, records) == RankFailure(1, 1)
+    # Without a cause named, the earliest error wins as before.
+    records = {0: record(0, 10.1, broken), 1: record(1, 10.4)}
+    assert find_failing_rank(SUMMARY, records).rank == 0  # type: ignore[union-attr]

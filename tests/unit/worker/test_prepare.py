@@ -34,9 +34,9 @@ def unassigned(monkeypatch: pytest.MonkeyPatch) -> None:
         (
             {"nproc_per_node": 4},
             CudaInfo(True, 2),
-            r"^nproc_per_node=4, but this worker has 2 device\(s\) \(0,1\)$",
+            r"^nproc_per_node=4, but this worker has 2 device\(s\) \(0,1\): set nproc_per_node: 2 ",
         ),
-        ({"nproc_per_node": 5}, CudaInfo(False, 0), r"nproc_per_node=5, .* 4 CPU slot\(s\)$"),
+        ({"nproc_per_node": 5}, CudaInfo(False, 0), r"nproc_per_node=5, .* 4 CPU slot\(s\): "),
         ({"device": "cpu", "nproc_per_node": 2}, CudaInfo(True, 1), "has 1 device"),
         ({"launcher": "python", "nproc_per_node": 3}, CudaInfo(True, 2), "nproc_per_node=3"),
     ],
@@ -44,6 +44,15 @@ def unassigned(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_resource_problems(fields: dict[str, object], cuda: CudaInfo, problem: str) -> None:
     with pytest.raises(LaunchProblem, match=problem):
         check_resources(spec(**fields), cuda)
+
+
+def test_the_default_two_ranks_on_a_one_gpu_worker_say_what_to_set() -> None:
+    with pytest.raises(LaunchProblem) as problem:
+        check_resources(spec(), CudaInfo(True, 1))
+    assert str(problem.value) == (
+        "nproc_per_node=2, but this worker has 1 device(s) (0): set nproc_per_node: 1 (or "
+        "fewer) in the job spec, or submit it to a queue whose workers have 2 or more"
+    )
 
 
 def test_resources_that_fit() -> None:
@@ -56,11 +65,11 @@ def test_resources_that_fit() -> None:
 def test_the_assigned_devices_limit_the_ranks() -> None:
     devices.assign_devices(WorkerDevices(gpus=("2", "3")))
     check_resources(spec(nproc_per_node=2), CudaInfo(False, 0))  # no CUDA: ranks on CPU
-    with pytest.raises(LaunchProblem, match=r"nproc_per_node=3, .* 2 device\(s\) \(2,3\)$"):
+    with pytest.raises(LaunchProblem, match=r"nproc_per_node=3, .* 2 device\(s\) \(2,3\): "):
         check_resources(spec(nproc_per_node=3), CudaInfo(False, 0))
     devices.assign_devices(WorkerDevices(cpu_slots=8))
     check_resources(spec(nproc_per_node=8, launcher="python"), CudaInfo(False, 0))
-    with pytest.raises(LaunchProblem, match=r"nproc_per_node=9, .* 8 CPU slot\(s\)$"):
+    with pytest.raises(LaunchProblem, match=r"nproc_per_node=9, .* 8 CPU slot\(s\): "):
         check_resources(spec(nproc_per_node=9), CudaInfo(False, 0))
 
 
