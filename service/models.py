@@ -7,8 +7,9 @@ insert, so `seq` is one dense, monotonic order per job: the id of the live event
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import WithJsonSchema
 from sqlalchemy import JSON, BigInteger, Column, Dialect, Index, Integer, Text, UniqueConstraint
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import AutoString, Field, SQLModel
@@ -42,13 +43,21 @@ class StrEnumColumn(TypeDecorator[StrEnum]):
         return None if value is None else self.enum(value)
 
 
+def inline_enum(enum: type[StrEnum]) -> WithJsonSchema:
+    """A string enum's JSON schema written where it is used (`type` and `enum`), not as a
+    reference: clients that read a field's type from the schema see a string."""
+    return WithJsonSchema({"type": "string", "enum": [m.value for m in enum]})
+
+
 class JobBase(SQLModel):
     """What a job's row (`Job`) and its public form (`service.schemas.JobPublic`) share, in
     the order clients see them."""
 
     id: str = Field(primary_key=True, max_length=32)
     name: str = Field(max_length=128)
-    state: JobState = Field(sa_type=StrEnumColumn(JobState, 16), index=True)
+    state: Annotated[JobState, inline_enum(JobState)] = Field(
+        sa_type=StrEnumColumn(JobState, 16), index=True
+    )
     # As accepted, defaults filled; read it typed with `Job.job_spec()`.
     spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow, index=True)
@@ -56,7 +65,9 @@ class JobBase(SQLModel):
     finished_at: datetime | None = None
     attempt: int = 1
     exit_code: int | None = None
-    exit_reason: ExitReason | None = Field(default=None, sa_type=StrEnumColumn(ExitReason, 32))
+    exit_reason: Annotated[ExitReason, inline_enum(ExitReason)] | None = Field(
+        default=None, sa_type=StrEnumColumn(ExitReason, 32)
+    )
     message: str | None = Field(default=None, sa_type=Text)
     worker: str | None = Field(default=None, max_length=256)
 

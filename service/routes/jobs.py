@@ -4,12 +4,10 @@ import hashlib
 import json
 import logging
 import shutil
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
-from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import col, select
 
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
@@ -126,42 +124,24 @@ def list_jobs(
         raise Forbidden("only an admin lists the jobs of other owners", detail={"owner": owner})
     if not principal.is_admin:
         owner = principal.name
-    if name is None and not tag:
-        rows, total = store.list_jobs(session, owner=owner, state=state, limit=limit, offset=offset)
-    else:
-        conditions = [*_owner_and_state(owner, state), *_name_and_tags(name, tag or [])]
-        rows, total = _list_where(session, conditions, limit=limit, offset=offset)
+    rows, total = store.list_jobs(
+        session,
+        owner=owner,
+        state=state,
+        limit=limit,
+        offset=offset,
+        name=name,
+        tags=[_tag(item) for item in tag or []],
+    )
     return JobsPublic(items=[JobPublic.model_validate(j) for j in rows], total=total)
 
 
-def _owner_and_state(owner: str | None, state: JobState | None) -> list[Any]:
-    conditions = [] if owner is None else [col(Job.owner) == owner]
-    return conditions if state is None else [*conditions, col(Job.state) == state]
-
-
-def _name_and_tags(name: str | None, tags: list[str]) -> list[Any]:
-    """`tags` as `key=value`; a tag's value is read from the spec's JSON on either database."""
-    conditions = [] if name is None else [col(Job.name) == name]
-    for item in tags:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise BadRequest(f"tag {item!r} is not key=value", detail={"tag": item})
-        conditions.append(col(Job.spec)["tags"][key].as_string() == value)
-    return conditions
-
-
-def _list_where(
-    session: SessionDep, conditions: list[Any], *, limit: int, offset: int
-) -> tuple[list[Job], int]:
-    total = session.exec(select(func.count()).select_from(Job).where(*conditions)).one()
-    stmt = (
-        select(Job)
-        .where(*conditions)
-        .order_by(col(Job.created_at).desc(), col(Job.id).desc())
-        .offset(offset)
-        .limit(limit)
-    )
-    return list(session.exec(stmt).all()), int(total)
+def _tag(item: str) -> tuple[str, str]:
+    """A `tag` filter, `key=value`."""
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise BadRequest(f"tag {item!r} is not key=value", detail={"tag": item})
+    return key, value
 
 
 @router.get("/{job_id}", response_model=JobPublic)

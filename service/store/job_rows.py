@@ -1,6 +1,6 @@
 """Job rows outside the lifecycle's moves: create, find, list, heartbeat and delete."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -58,13 +58,20 @@ def list_jobs(
     state: JobState | None,
     limit: int,
     offset: int,
+    name: str | None = None,
+    tags: Sequence[tuple[str, str]] = (),
 ) -> tuple[list[Job], int]:
-    """Jobs newest first, and how many match in all. `owner=None` means every owner."""
+    """Jobs newest first, and how many match in all. `owner=None` means every owner; `name`
+    and each (key, value) of `tags` narrow the list (a tag is read from the spec's JSON)."""
     conditions = []
     if owner is not None:
         conditions.append(col(Job.owner) == owner)
     if state is not None:
         conditions.append(col(Job.state) == state)
+    if name is not None:
+        conditions.append(col(Job.name) == name)
+    for key, value in tags:
+        conditions.append(col(Job.spec)["tags"][key].as_string() == value)
     total = session.exec(select(func.count()).select_from(Job).where(*conditions)).one()
     stmt = (
         select(Job)

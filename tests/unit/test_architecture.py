@@ -61,18 +61,21 @@ def test_the_contracts_import_nothing_but_each_other_and_pydantic() -> None:
                 assert top in sys.stdlib_module_names or top in allowed, (path, module)
 
 
-def test_the_client_loads_nothing_of_the_server() -> None:
-    # Only the CLI's server commands (`launchbay api`, `worker`...) import it, when run; of
-    # jobs/ it may use the torch-free domain (the states).
+def loaded_by(imports: str, tops: tuple[str, ...]) -> list[str]:
+    """The modules under `tops` that a fresh interpreter has loaded after `imports`."""
     code = (
-        "import sys\n"
-        "import client, client.cli\n"
-        "server = ('service', 'worker', 'torch')\n"
-        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in server)\n"
-        "assert not loaded, loaded\n"
+        f"import sys\nimport {imports}\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {tops!r}))"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+    return list(ast.literal_eval(done.stdout))
+
+
+def test_the_client_loads_nothing_of_the_server() -> None:
+    # Only the CLI's server commands (`launchbay api`, `worker`...) import it, when run; of
+    # jobs/ it may use the torch-free domain (the states).
+    assert loaded_by("client, client.cli", ("service", "worker", "torch")) == []
 
 
 # Bottom first: each module of the store imports only those before it.
@@ -96,11 +99,8 @@ def test_distributed_does_not_import_the_events_module() -> None:
 
 
 def test_the_contracts_and_the_service_load_without_torch() -> None:
-    code = (
-        "import sys\n"
-        "import jobs.contract.checkpoints, jobs.contract.env, jobs.contract.events\n"
-        "import jobs.spec, jobs.states, service.app, service.reaper\n"
-        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    imports = (
+        "jobs.contract.checkpoints, jobs.contract.env, jobs.contract.events, jobs.spec, "
+        "jobs.states, service.app, service.reaper"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    assert loaded_by(imports, ("torch",)) == []

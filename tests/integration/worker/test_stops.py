@@ -52,14 +52,16 @@ def test_cancel_stops_every_process_within_the_grace(wenv: WorkerEnv) -> None:
 
 
 def test_timeout_fails_the_job(wenv: WorkerEnv) -> None:
-    job_id = wenv.submit("sleeper.py", args=["--events-every", "0.2"], timeout_s=3)
+    # Long enough for the ranks to start and report on a loaded machine (torchrun alone takes
+    # about 4 s to the first step), so that the stop comes after some events.
+    job_id = wenv.submit("sleeper.py", args=["--events-every", "0.2"], timeout_s=8)
     started = time.monotonic()
     wenv.run(job_id)
     job = wenv.job(job_id)
 
     assert (job.state, job.exit_reason) == ("failed", "timeout")
-    assert job.message == "stopped after timeout_s=3 s"
-    assert 3 <= time.monotonic() - started < 3 + wenv.settings.cancel_grace_s + 5
+    assert job.message == "stopped after timeout_s=8 s"
+    assert 8 <= time.monotonic() - started < 8 + wenv.settings.cancel_grace_s + 5
     assert wenv.metrics(job_id), "rank 0's events were ingested until the stop"
 
 
