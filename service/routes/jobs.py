@@ -41,7 +41,14 @@ def spec_hash(spec: JobSpec) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobPublic)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobPublic,
+    responses={
+        200: {"model": JobPublic, "description": "The job of an earlier request with this key"}
+    },
+)
 def submit_job(
     spec: JobSpec,
     response: Response,

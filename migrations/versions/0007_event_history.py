@@ -1,7 +1,7 @@
 """an append-only event history: retired checkpoints keep their rows; longer event kinds
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-11-25 05:00:00.000000
 """
 
@@ -11,8 +11,8 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision: str = "0005"
-down_revision: str | None = "0004"
+revision: str = "0007"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
