@@ -130,7 +130,8 @@ def test_python_launcher_runs_one_process(wenv: WorkerEnv, monkeypatch: pytest.M
     assert '"MASTER_ADDR": "127.0.0.1"' in lines["env"] and '"WORLD_SIZE": "3"' in lines["env"]
     assert '"RANK": null' in lines["env"] and '"OMP_NUM_THREADS": "1"' in lines["env"]
     assert lines["argv"] == '["a"]'
-    assert lines["cwd"] == str(result.paths.code_dir)
+    # The attempt's code dir links to the job's one read-only copy; the process sees its target.
+    assert lines["cwd"] == str(result.paths.code_dir.resolve())
     assert [(p.name, p.value) for p in wenv.metrics(job_id)] == [("acc", 0.5)]
 
 
