@@ -12,6 +12,7 @@ from service.db import make_engine, upgrade_database
 from service.deps import get_principal
 from service.errors import install_error_handlers
 from service.limits import BodySizeLimit
+from service.queue import RQExecutor
 from service.reaper import ReaperThread
 from service.routes import (
     artifacts,
@@ -47,7 +48,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.engine = make_engine(settings.resolved_database_url)
         app.state.redis = make_redis(settings.redis_url)
-        reaper = ReaperThread(app.state.engine, app.state.redis, settings)
+        reaper = ReaperThread(
+            app.state.engine,
+            RQExecutor(app.state.redis, grace_s=settings.cancel_grace_s),
+            settings,
+        )
         if settings.reaper_enabled:
             reaper.start()
         try:
