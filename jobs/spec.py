@@ -91,6 +91,9 @@ class JobSpec(StrictModel):
     # `rendezvous_timeout` (null: the worker's LAUNCHBAY_RENDEZVOUS_TIMEOUT_S).
     rendezvous_timeout_s: Annotated[float, Field(gt=0, le=24 * 3600)] | None = None
     checkpoint: CheckpointPolicy = CheckpointPolicy()
+    # Memory of all the job's processes on one node together (its cgroup's limit); past it the
+    # kernel kills one and the job ends `oom`. Capped by the policy.
+    memory_limit_bytes: Annotated[int, Field(ge=16 * 2**20, le=2**50)] | None = None
     tags: dict[
         Annotated[str, Field(min_length=1, max_length=128)],
         Annotated[str, Field(max_length=1024)],

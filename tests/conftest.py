@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.isolation import interpreter_reachable_by_job_users, reachable_by_job_users
 from tests.support.procs import SESSION_MARKER, marked_processes
 from tests.support.services import (
     RedisServer,
@@ -18,6 +19,11 @@ from tests.support.stack import Stack
 
 MARKER = uuid.uuid4().hex
 os.environ[SESSION_MARKER] = MARKER
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _job_users_reach_the_interpreter() -> None:
+    interpreter_reachable_by_job_users()
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +69,7 @@ def database_url(request: pytest.FixtureRequest) -> str:
 
 
 def make_stack(root: Path, database_url: str, redis_url: str, **env: str) -> Stack:
-    root.mkdir(parents=True, exist_ok=True)
+    reachable_by_job_users(root)
     return Stack(
         root=root, database_url=database_url, redis_url=redis_url, marker=MARKER, extra_env=env
     )

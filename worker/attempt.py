@@ -14,7 +14,7 @@ whole: at the first failure, or once every node has succeeded (docs/multi-node.m
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redis import Redis
@@ -36,6 +36,7 @@ from service.store import (
     transition_job,
 )
 from worker.heartbeat import AttemptHeartbeat
+from worker.isolation import JobUser, isolate_attempt
 from worker.launch import Rendezvous, RunPaths
 from worker.monitor import AttemptMonitor, retry_db
 from worker.orphans import leave_note, remove_note
@@ -338,6 +339,7 @@ def _run(
 ) -> None:
     """Prepare, launch and monitor the attempt; its outcome (or None) goes into `result`."""
     job_id, attempt, paths, node = result.job_id, result.attempt, result.paths, result.node
+    job_user: JobUser | None = None
     try:
         spec = parse_spec(taken.spec)
         plan = prepare_attempt(
@@ -351,6 +353,11 @@ def _run(
             collective_timeout_s=settings.collective_timeout_s,
             rendezvous=taken.rendezvous,
         )
+        job_user = isolate_attempt(
+            paths, job_id, pool_size=settings.job_users, lease_dir=settings.job_user_lease_dir
+        )
+        if job_user is not None:
+            plan = replace(plan, env={**plan.env, **job_user.env(paths)})
         leave_note(paths.data_dir, job_id, attempt, paths.pids_file, node)
         monitor = AttemptMonitor(
             engine,
@@ -365,6 +372,7 @@ def _run(
             heartbeat=heartbeat,
             rendezvous=taken.rendezvous,
             announce=None if node is None else _announcer(engine, result),
+            job_user=job_user,
         )
         result.outcome, result.survivors = monitor.run()
         if monitor.tree is not None:
@@ -377,6 +385,9 @@ def _run(
         message = f"the worker failed while supervising the job: {type(exc).__name__}: {exc}"
         _record_lost(engine, redis, settings, job_id, attempt, node, message)
         raise
+    finally:
+        if job_user is not None:
+            job_user.release()
 
 
 def _announcer(engine: Engine, result: AttemptResult) -> Callable[[Outcome], None]:

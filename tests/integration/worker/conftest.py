@@ -25,6 +25,7 @@ from service.db import make_engine, session_scope, upgrade_database
 from service.models import Checkpoint, Job, JobEvent, LogLine, MetricPoint
 from service.settings import Settings
 from service.store import create_job
+from tests.support.isolation import reachable_by_job_users
 from tests.support.procs import job_processes
 from worker.attempt import AttemptResult, run_attempt
 from worker.prepare import CudaInfo
@@ -121,7 +122,7 @@ class WorkerEnv:
 def make_worker_env(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[WorkerEnv]:
     upgrade_database(database_url)
     settings = Settings(
-        data_dir=tmp_path / "data",
+        data_dir=reachable_by_job_users(tmp_path / "data"),
         database_url=database_url,
         redis_url=redis_url,
         cancel_grace_s=2.0,
