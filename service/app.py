@@ -10,6 +10,7 @@ from redis import Redis
 from service.db import make_engine, upgrade_database
 from service.deps import get_principal
 from service.errors import install_error_handlers
+from service.hardening import harden_service
 from service.limits import BodySizeLimit
 from service.reaper import ReaperThread
 from service.routes import (
@@ -94,6 +95,7 @@ def run_api(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = get_settings()
     upgrade_database(settings.resolved_database_url)
+    harden_service(settings.data_dir.resolve(), settings.resolved_database_url)
     log.info("database ready at %s", _redact(settings.resolved_database_url))
     if workers > 1:
         # Each process builds its app from the same environment.

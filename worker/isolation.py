@@ -23,7 +23,6 @@ The worker never follows a link the job may have planted when it writes or reads
 at start), or the worker refuses to start with `LAUNCHBAY_REQUIRE_ISOLATION=true`.
 """
 
-import ctypes
 import fcntl
 import logging
 import os
@@ -36,21 +35,13 @@ from pathlib import Path
 
 import psutil
 
+from service.hardening import tighten as _tighten
+from worker.cgroups import describe_support
 from worker.launch import RunPaths
 
 log = logging.getLogger(__name__)
 
 JOB_USER_PREFIX = "launchbay-job-"
-PR_SET_DUMPABLE = 4
-
-
-def make_non_dumpable() -> bool:
-    """Close this process's /proc/<pid>/environ, mem and the like to every other process of
-    its uid (``prctl(PR_SET_DUMPABLE, 0)``); False where the platform cannot."""
-    try:
-        return int(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def can_switch_users() -> bool:
@@ -117,6 +108,7 @@ class JobUser:
     uid: int
     gid: int
     lock_fd: int
+    paths: RunPaths | None = None
 
     def env(self, paths: RunPaths) -> dict[str, str]:
         """What the ranks' environment says of their user."""
@@ -128,13 +120,19 @@ class JobUser:
         }
 
     def release(self) -> list[int]:
-        """Give the lease back; the last holder kills what is left under the uid."""
+        """Give the lease back; the last holder kills what is left under the uid. The job's
+        files become the worker's again: the next job under this uid must not own them."""
         killed: list[int] = []
         try:
-            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            killed = kill_user_processes(self.uid)
-        except BlockingIOError:
-            pass  # another node of the job still runs under it
+            last = True
+            try:
+                fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                last = False  # another node of the job still runs under it
+            if last:
+                killed = kill_user_processes(self.uid)
+            if self.paths is not None:
+                take_back_directories(self.paths, checkpoints=last)
         finally:
             os.close(self.lock_fd)
         return killed
@@ -180,25 +178,6 @@ def _chown_tree(path: Path, uid: int, gid: int) -> None:
             os.lchown(os.path.join(root, name), uid, gid)
 
 
-def _tighten(path: Path, mode: int) -> None:
-    try:
-        os.chmod(path, mode)
-    except FileNotFoundError:
-        pass
-
-
-def protect_service_files(data_dir: Path, database_url: str) -> None:
-    """The modes that keep a job user out of the service's files (see the module docstring)."""
-    for sub in ("", "runs", "checkpoints", "code"):
-        (data_dir / sub).mkdir(parents=True, exist_ok=True)
-        _tighten(data_dir / sub, 0o711)
-    _tighten(data_dir / "supervisors", 0o700)
-    if database_url.startswith("sqlite:///"):
-        database = Path(database_url.removeprefix("sqlite:///"))
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            _tighten(database.with_name(database.name + suffix), 0o600)
-
-
 def give_directories(paths: RunPaths, user: JobUser) -> None:
     """Make the attempt's directories the job user's (see the module docstring)."""
     group = os.stat(paths.data_dir).st_gid
@@ -219,6 +198,16 @@ def give_directories(paths: RunPaths, user: JobUser) -> None:
     paths.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     _chown_tree(paths.checkpoint_dir, user.uid, group)
     _tighten(paths.checkpoint_dir, 0o750)
+
+
+def take_back_directories(paths: RunPaths, *, checkpoints: bool) -> None:
+    """The attempt's directories (and its job's checkpoints) owned by the worker again."""
+    group = os.stat(paths.data_dir).st_gid
+    owned = [paths.run_dir / "home", paths.run_dir / "tmp", paths.log_dir, paths.code_dir]
+    owned += [paths.events_file, *([paths.checkpoint_dir] if checkpoints else [])]
+    for path in owned:
+        if path.exists():
+            _chown_tree(path, os.getuid(), group)
 
 
 def check_reachable(data_dir: Path) -> str | None:
@@ -245,9 +234,22 @@ def isolate_attempt(
     user = lease_job_user(lease_dir, pool_size, job_id)
     if user is None:
         raise LaunchProblem(f"all {pool_size} job users of this worker's host are in use")
+    user.paths = paths
     try:
         give_directories(paths, user)
     except BaseException:
         user.release()
         raise
     return user
+
+
+def check_isolation(require: bool) -> None:
+    """At worker start: warn loudly what is not isolated here; exit when `require`d."""
+    problems = [p for p in (describe_isolation(), describe_support()) if p]
+    for problem in problems:
+        log.warning("JOBS ARE NOT ISOLATED: %s", problem)
+    if require and problems:
+        raise SystemExit(
+            "LAUNCHBAY_REQUIRE_ISOLATION is set, but jobs cannot be isolated here: "
+            + "; ".join(problems)
+        )

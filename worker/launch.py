@@ -47,8 +47,15 @@ SECRET_ENV = frozenset(
         "LAUNCHBAY_TOKEN",
         "LAUNCHBAY_DATABASE_URL",
         "LAUNCHBAY_REDIS_URL",
+        "DATABASE_URL",
+        "REDIS_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
     }
 )
+# Nor the settings of the service's own Redis, RQ and PostgreSQL clients (passwords included).
+SECRET_ENV_PREFIXES = ("REDIS_", "RQ_", "PG", "POSTGRES_")
 
 
 @dataclass(frozen=True)
@@ -233,7 +240,11 @@ def build_env(
     """Every rank's environment (see `build_launch` for the order of precedence; the
     collective timeout is the one value of Launchbay's that `spec.env` may set)."""
     # Inherited launcher variables would only mislead this launch.
-    env = {k: v for k, v in base_env.items() if k not in SECRET_ENV and k not in LAUNCHER_ENV}
+    env = {
+        k: v
+        for k, v in base_env.items()
+        if k not in SECRET_ENV and k not in LAUNCHER_ENV and not k.startswith(SECRET_ENV_PREFIXES)
+    }
     env = {k: v for k, v in env.items() if not k.startswith("TORCHELASTIC_")}
     # The GPUs are the worker's to give, whatever the spec says (the API refuses them too).
     env.update({k: v for k, v in spec.env.items() if k not in DEVICE_ENV and not is_startup_env(k)})
