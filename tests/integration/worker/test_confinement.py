@@ -82,3 +82,11 @@ def test_a_daemon_is_gone_when_its_job_is_cancelled(
     assert not thread.is_alive()
     assert wenv.job(job_id).state == "cancelled"
     assert_gone(wenv, job_id, daemon_env)
+
+
+def test_a_job_over_its_memory_limit_ends_oom(wenv: WorkerEnv) -> None:
+    job_id = wenv.submit("hog.py", launcher="python", nproc_per_node=1, memory_limit_bytes=2**28)
+    wenv.run(job_id)
+    job = wenv.job(job_id)
+    assert (job.state, job.exit_reason) == ("failed", "oom"), job.message
+    assert not any("never ran out" in line.line for line in wenv.logs(job_id))
