@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     job_users: int = Field(default=64, ge=1)
     job_user_lease_dir: Path = Path("/run/launchbay/job-users")
     require_isolation: bool = False
+    # Disk an owner's jobs may hold (run directories, logs, checkpoints), as measured when
+    # each attempt ends; past it a user's next submission is refused. Unset: no quota.
+    owner_disk_quota_bytes: int | None = Field(default=None, gt=0)
 
     @field_validator("allowed_queues", "forbidden_env", mode="before")
     @classmethod

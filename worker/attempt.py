@@ -35,6 +35,7 @@ from service.store import (
     take_job,
     transition_job,
 )
+from worker.disk import record_job_disk_use
 from worker.heartbeat import AttemptHeartbeat
 from worker.isolation import JobUser, isolate_attempt
 from worker.launch import Rendezvous, RunPaths
@@ -300,6 +301,7 @@ def run_taken(
             )
     finally:
         heartbeat.stop()
+        record_job_disk_use(engine, job_id, paths.data_dir)
         if not result.survivors:
             remove_note(paths.data_dir, job_id, attempt, node)
     return result

@@ -90,3 +90,14 @@ def test_a_job_over_its_memory_limit_ends_oom(wenv: WorkerEnv) -> None:
     job = wenv.job(job_id)
     assert (job.state, job.exit_reason) == ("failed", "oom"), job.message
     assert not any("never ran out" in line.line for line in wenv.logs(job_id))
+
+
+def test_a_jobs_disk_use_is_measured_when_its_attempt_ends(wenv: WorkerEnv) -> None:
+    size = 3 * 2**20
+    job_id = wenv.submit(
+        "writer.py", launcher="python", nproc_per_node=1, env={"WRITE_BYTES": str(size)}
+    )
+    wenv.run(job_id)
+    job = wenv.job(job_id)
+    assert job.state == "succeeded", job.message
+    assert job.disk_bytes is not None and size <= job.disk_bytes < size + 2**20
