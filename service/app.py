@@ -10,7 +10,7 @@ from redis import Redis
 from service.db import make_engine, upgrade_database
 from service.deps import get_principal
 from service.errors import install_error_handlers
-from service.hardening import harden_service
+from service.hardening import harden_service, make_non_dumpable
 from service.limits import BodySizeLimit
 from service.reaper import ReaperThread
 from service.routes import (
@@ -43,6 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        make_non_dumpable()  # in every API process, however many uvicorn starts
         app.state.settings = settings
         app.state.engine = make_engine(settings.resolved_database_url)
         app.state.redis = make_redis(settings.redis_url)
