@@ -36,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "names", nargs="*", help=f"benchmarks to run (default: all): {', '.join(BENCHMARKS)}"
     )
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        help="training: P1 alone, in rounds of thousands of steps (P1L; about 10 minutes)",
+    )
     parser.add_argument("--write", type=Path, help="also write the table to this markdown file")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.names) - set(BENCHMARKS))
@@ -47,12 +52,13 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(BENCHMARKS[name])
         print(f"bench: running {name} ...", file=sys.stderr, flush=True)
         began = time.monotonic()
-        results.extend(module.run())
+        results.extend(module.run(long=True) if args.long and name == "training" else module.run())
         print(f"bench: {name} took {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
     table = "\n".join([TABLE_HEADER, *(r.row() for r in results)])
     header = (
         f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine_line()}; "
-        f"`python -m bench {' '.join(args.names)}`, {time.monotonic() - started:.0f} s."
+        f"`python -m bench {' '.join(args.names)}{' --long' if args.long else ''}`, "
+        f"{time.monotonic() - started:.0f} s."
     )
     print(header)
     print(table)

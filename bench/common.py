@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
-from tests.support.procs import SESSION_MARKER, free_port
-from tests.support.services import private_redis
-from tests.support.stack import Stack
+from devstack.procs import SESSION_MARKER, free_port
+from devstack.services import private_redis
+from devstack.stack import Stack
 
 MARKER = uuid.uuid4().hex
 # A job's `checkpoint` policy that saves none: the benchmarks time training, not saving.
@@ -85,14 +85,9 @@ def first_step_ts(events: list[dict[str, Any]]) -> float:
     return min(e["ts"] for e in events if e.get("type") == "metric")
 
 
-def bare_torchrun(
-    module: str, config: dict[str, Any], workdir: Path, nproc: int = 2
-) -> tuple[float, list[dict[str, Any]]]:
-    """Run a recipe under plain torchrun the way a user would; returns (start time, events)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    events = workdir / "events.jsonl"
-    env = {
-        **_base_env(),
+def torchrun_env(events: Path, workdir: Path, config: dict[str, Any]) -> dict[str, str]:
+    """What a recipe run outside Launchbay needs beside the user's environment."""
+    return {
         "LAUNCHBAY_EVENTS_FILE": str(events),
         "LAUNCHBAY_CHECKPOINT_DIR": str(workdir / "checkpoints"),
         "LAUNCHBAY_CONFIG": json.dumps(config),
@@ -100,6 +95,15 @@ def bare_torchrun(
         "OMP_NUM_THREADS": "1",
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def bare_torchrun(
+    module: str, config: dict[str, Any], workdir: Path, nproc: int = 2
+) -> tuple[float, list[dict[str, Any]]]:
+    """Run a recipe under plain torchrun the way a user would; returns (start time, events)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    events = workdir / "events.jsonl"
+    env = {**_base_env(), **torchrun_env(events, workdir, config)}
     argv = [
         sys.executable,
         "-m",
@@ -111,7 +115,7 @@ def bare_torchrun(
         module,
     ]
     start = time.time()
-    subprocess.run(argv, env=env, cwd=workdir, check=True, capture_output=True, timeout=600)
+    subprocess.run(argv, env=env, cwd=workdir, check=True, capture_output=True, timeout=900)
     return start, read_events(events)
 
 
@@ -133,12 +137,17 @@ def recipe_spec(name: str, recipe: str, config: Mapping[str, Any], nproc: int) -
 
 
 def submit_and_wait(
-    http: httpx.Client, stack: Stack, spec: dict[str, Any], timeout: float = 600
+    http: httpx.Client,
+    stack: Stack,
+    spec: dict[str, Any],
+    timeout: float = 600,
+    poll_s: float = 0.2,
 ) -> tuple[float, dict[str, Any]]:
     start = time.time()
     response = http.post("/v1/jobs", json=spec)
     response.raise_for_status()
-    job = stack.wait_for_state(http, response.json()["id"], {"succeeded"}, timeout=timeout)
+    job_id = response.json()["id"]
+    job = stack.wait_for_state(http, job_id, {"succeeded"}, timeout=timeout, interval=poll_s)
     return start, job
 
 

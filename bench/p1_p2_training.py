@@ -1,16 +1,23 @@
-"""P1: training steps/s under Launchbay ÷ bare torchrun.
-P2: submit → first rank-0 step under Launchbay, minus bare torchrun's start → first step.
+"""P1: training steps/s under Launchbay ÷ bare torchrun. P2: submit → first rank-0 step under
+Launchbay, minus bare torchrun's start → first step. With Ray installed, the same program also
+runs through Ray Jobs in the same rounds (the peer baseline, rows P1-ray and P2-ray).
 
-The same recipe program runs both ways, alternately, in the same run of this script. Runs of
-the same program vary by up to ±20 % here from one to the next (either way; P1's notes give the
-spread between consecutive bare runs), so P1 takes the median ratio of several pairs and P2
-the median difference of several pairs, and which of the two runs first alternates from pair
-to pair.
+Every round runs each way once, in an order that rotates from round to round (bare, Launchbay,
+Ray; then Launchbay, Ray, bare; ...), and each ratio or difference is taken within a round, so
+a drift of the machine's speed between rounds cancels. Steps/s is the steady rate between the
+first and the last metric line rank 0 writes (start-up left out). While a job trains, its end
+is polled once a second, Launchbay's and Ray's alike: each poll is CPU taken from the ranks.
+
+`python -m bench training` takes about 5 minutes here; `python -m bench training --long` runs
+P1 alone in rounds of thousands of steps (P1L, about 10 minutes), long enough to resolve 2 %.
 """
 
+import statistics
 import tempfile
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from bench.common import (
     Result,
@@ -23,97 +30,216 @@ from bench.common import (
     steps_per_second,
     submit_and_wait,
 )
+from bench.ray_peer import RayCluster, ray_available
 
-THROUGHPUT_CONFIG = {"epochs": 40, "log_every_steps": 10}
-STARTUP_CONFIG = {"epochs": 1, "log_every_steps": 1}
+THROUGHPUT_CONFIG: dict[str, Any] = {"epochs": 40, "log_every_steps": 10}
+LONG_CONFIG: dict[str, Any] = {"steps": 4000, "log_every_steps": 50}
+STARTUP_CONFIG: dict[str, Any] = {"epochs": 1, "log_every_steps": 1}
+WHILE_TRAINING_POLL_S = 1.0
+NOT_RUN = "not run: Ray is not installed (`pip install -e '.[bench]'`)"
+
+Run = Callable[[str, dict[str, Any], Path, int], tuple[float, list[dict[str, Any]]]]
 
 
-def in_turn(i: int, bare_run: Callable[[], None], lb_run: Callable[[], None]) -> None:
-    """Pair `i`: bare first when `i` is even, Launchbay first when it is odd."""
-    for one in (bare_run, lb_run) if i % 2 == 0 else (lb_run, bare_run):
-        one()
+def rotated(ways: list[str], i: int) -> list[str]:
+    """Round `i`'s order: the ways rotated left by `i`."""
+    k = i % len(ways)
+    return ways[k:] + ways[:k]
 
 
-def run(rounds: int = 5, one_rank_rounds: int = 4, startup_rounds: int = 7) -> list[Result]:
-    scratch = Path(tempfile.mkdtemp(prefix="launchbay-bench-p1-"))
-    bare_speed: list[float] = []
-    lb_speed: list[float] = []
-    bare_one: list[float] = []
-    lb_one: list[float] = []
-    bare_start: list[float] = []
-    lb_start: list[float] = []
-    with running_stack() as stack, stack.client() as http:
+def spread(values: list[float]) -> str:
+    """min–max, and the quartiles when there are enough values."""
+    text = f"{min(values):.3f}–{max(values):.3f}"
+    if len(values) >= 4:
+        q1, _, q3 = statistics.quantiles(values, n=4)
+        text += f", quartiles {q1:.3f}–{q3:.3f}"
+    return text
 
-        def pair(i: int, nproc: int, bare: list[float], lb: list[float]) -> None:
-            def bare_run() -> None:
-                workdir = scratch / f"n{nproc}-{i}"
-                _, events = bare_torchrun("jobs.recipes.digits", THROUGHPUT_CONFIG, workdir, nproc)
-                bare.append(steps_per_second(events))
 
-            def lb_run() -> None:
-                job_spec = recipe_spec("p1", "digits", THROUGHPUT_CONFIG, nproc)
-                _, job = submit_and_wait(http, stack, job_spec)
-                lb.append(steps_per_second(job_events(stack, job["id"])))
-
-            in_turn(i, bare_run, lb_run)
-
-        def startup_pair(i: int) -> None:
-            def bare_run() -> None:
-                workdir = scratch / f"s{i}"
-                start, events = bare_torchrun("jobs.recipes.synthetic", STARTUP_CONFIG, workdir)
-                bare_start.append(first_step_ts(events) - start)
-
-            def lb_run() -> None:
-                job_spec = recipe_spec("p2", "synthetic", STARTUP_CONFIG, 2)
-                start, job = submit_and_wait(http, stack, job_spec)
-                lb_start.append(first_step_ts(job_events(stack, job["id"])) - start)
-
-            in_turn(i, bare_run, lb_run)
-
-        for i in range(rounds):
-            pair(i, 2, bare_speed, lb_speed)
-        # The same with one rank, which leaves a core to the worker and the API.
-        for i in range(one_rank_rounds):
-            pair(i, 1, bare_one, lb_one)
-        for i in range(startup_rounds):
-            startup_pair(i)
-    ratios = [lb / bare for lb, bare in zip(lb_speed, bare_speed, strict=True)]
+def ratio_result(
+    rid: str,
+    what: str,
+    way: list[float],
+    bare: list[float],
+    goal: str,
+    met: bool | None,
+    notes: str,
+) -> Result:
+    ratios = [w / b for w, b in zip(way, bare, strict=True)]
     ratio = median(ratios)
-    # The same program, bare, one run against the next: how far apart two runs fall anyway.
-    aa = [a / b for a, b in zip(bare_speed, bare_speed[1:], strict=False)]
-    ratios_one = [lb / bare for lb, bare in zip(lb_one, bare_one, strict=True)]
-    ratio_one = median(ratios_one)
-    differences = [lb - bare for lb, bare in zip(lb_start, bare_start, strict=True)]
-    overhead = median(differences)
-    return [
-        Result(
+    return Result(
+        rid,
+        what,
+        f"{ratio:.3f} ({median(way):.1f} vs {median(bare):.1f} steps/s; median of "
+        f"{len(ratios)} rounds, ratios {spread(ratios)})",
+        goal,
+        met if met is None else met and ratio >= 0.99,
+        notes,
+    )
+
+
+def run(long: bool = False) -> list[Result]:
+    with ExitStack() as context:
+        stack = context.enter_context(running_stack())
+        http = context.enter_context(stack.client())
+        ray = context.enter_context(RayCluster()) if ray_available() else None
+        scratch = Path(tempfile.mkdtemp(prefix="launchbay-bench-p1-"))
+
+        def launchbay(
+            module: str, config: dict[str, Any], workdir: Path, nproc: int, poll_s: float = 0.2
+        ) -> tuple[float, list[dict[str, Any]]]:
+            recipe = module.rsplit(".", 1)[-1]
+            start, job = submit_and_wait(
+                http, stack, recipe_spec(workdir.name, recipe, config, nproc), poll_s=poll_s
+            )
+            return start, job_events(stack, job["id"])
+
+        runs: dict[str, Callable[..., tuple[float, list[dict[str, Any]]]]] = {
+            "bare": bare_torchrun,
+            "launchbay": launchbay,
+        }
+        if ray is not None:
+            runs["ray"] = ray.torchrun
+        if long:
+            return long_rounds(runs, scratch)
+        return short_rounds(runs, scratch, ray is not None)
+
+
+def speeds(
+    runs: dict[str, Callable[..., tuple[float, list[dict[str, Any]]]]],
+    scratch: Path,
+    config: dict[str, Any],
+    rounds: int,
+    nproc: int,
+    tag: str,
+) -> dict[str, list[float]]:
+    ways = list(runs)
+    measured: dict[str, list[float]] = {way: [] for way in ways}
+    for i in range(rounds):
+        for way in rotated(ways, i):
+            workdir = scratch / f"{tag}-{way}-{i}"
+            kwargs = {} if way == "bare" else {"poll_s": WHILE_TRAINING_POLL_S}
+            _, events = runs[way]("jobs.recipes.digits", config, workdir, nproc, **kwargs)
+            measured[way].append(steps_per_second(events))
+    return measured
+
+
+def short_rounds(
+    runs: dict[str, Callable[..., tuple[float, list[dict[str, Any]]]]],
+    scratch: Path,
+    with_ray: bool,
+    rounds: int = 5,
+    one_rank_rounds: int = 3,
+    startup_rounds: int = 5,
+) -> list[Result]:
+    two = speeds(runs, scratch, THROUGHPUT_CONFIG, rounds, 2, "n2")
+    one = speeds(
+        {k: v for k, v in runs.items() if k != "ray"},
+        scratch,
+        THROUGHPUT_CONFIG,
+        one_rank_rounds,
+        1,
+        "n1",
+    )
+    starts: dict[str, list[float]] = {way: [] for way in runs}
+    for i in range(startup_rounds):
+        for way in rotated(list(runs), i):
+            start, events = runs[way](
+                "jobs.recipes.synthetic", STARTUP_CONFIG, scratch / f"s-{way}-{i}", 2
+            )
+            starts[way].append(first_step_ts(events) - start)
+    bare = two["bare"]
+    aa = [a / b for a, b in zip(bare, bare[1:], strict=False)]
+    lb_vs_ray = ""
+    if with_ray:
+        below = sum(lb < r for lb, r in zip(two["launchbay"], two["ray"], strict=True))
+        lb_vs_ray = f"; Launchbay below Ray in {below} of {rounds} rounds"
+    rows = [
+        ratio_result(
             "P1",
             "training steps/s, digits recipe, 2 ranks: Launchbay ÷ bare torchrun",
-            f"{ratio:.3f} ({median(lb_speed):.1f} vs {median(bare_speed):.1f} steps/s; median "
-            f"of {rounds} pairs, ratios {min(ratios):.3f}–{max(ratios):.3f})",
+            two["launchbay"],
+            bare,
             "≥ 0.99",
-            ratio >= 0.99,
+            True,
             f"bare ÷ the next bare run: {min(aa):.3f}–{max(aa):.3f}; "
-            f"{THROUGHPUT_CONFIG['epochs']} epochs a run, the first run of a pair alternates; "
-            "both cores run ranks, so the worker's CPU time is taken from them (see P1b)",
+            f"{THROUGHPUT_CONFIG['epochs']} epochs a run, order rotated{lb_vs_ray}; "
+            "short rounds: `python -m bench training --long` resolves 2 % (P1L)",
         ),
-        Result(
+        peer_row("P1-ray", "the same through Ray Jobs: Ray ÷ bare torchrun", two.get("ray"), bare),
+        ratio_result(
             "P1b",
             "the same with 1 rank, leaving a core to the worker: Launchbay ÷ bare torchrun",
-            f"{ratio_one:.3f} ({median(lb_one):.1f} vs {median(bare_one):.1f} steps/s, "
-            f"median of {one_rank_rounds} pairs, ratios {min(ratios_one):.3f}–"
-            f"{max(ratios_one):.3f})",
+            one["launchbay"],
+            one["bare"],
             "≥ 0.99",
-            ratio_one >= 0.99,
+            True,
+            "",
         ),
-        Result(
-            "P2",
-            "submit → first rank-0 step, minus bare torchrun start → first step",
-            f"{overhead:+.2f} s (median of {startup_rounds} pairs, differences "
-            f"{min(differences):+.2f} to {max(differences):+.2f} s; medians "
-            f"{median(lb_start):.2f} s vs {median(bare_start):.2f} s)",
-            "≤ 0.5 s",
-            overhead <= 0.5,
-            "synthetic recipe, 2 ranks, 1 epoch; the first run of a pair alternates",
+        startup_result("P2", "Launchbay", starts["launchbay"], starts["bare"], "≤ 0.5 s", True),
+    ]
+    if with_ray:
+        rows.append(
+            startup_result("P2-ray", "Ray Jobs", starts["ray"], starts["bare"], "report", None)
+        )
+    else:
+        rows.append(
+            Result(
+                "P2-ray",
+                "submit → first step through Ray Jobs, minus bare",
+                NOT_RUN,
+                "report",
+                None,
+            )
+        )
+    return rows
+
+
+def peer_row(rid: str, what: str, peer: list[float] | None, bare: list[float]) -> Result:
+    if peer is None:
+        return Result(rid, what, NOT_RUN, "report", None)
+    return ratio_result(rid, what, peer, bare, "report", None, "same rounds as the row above")
+
+
+def startup_result(
+    rid: str, name: str, way: list[float], bare: list[float], goal: str, met: bool | None
+) -> Result:
+    differences = [w - b for w, b in zip(way, bare, strict=True)]
+    overhead = median(differences)
+    return Result(
+        rid,
+        f"submit → first rank-0 step through {name}, minus bare torchrun start → first step",
+        f"{overhead:+.2f} s (median of {len(way)} rounds, differences {min(differences):+.2f} "
+        f"to {max(differences):+.2f} s; medians {median(way):.2f} s vs {median(bare):.2f} s)",
+        goal,
+        None if met is None else overhead <= 0.5,
+        "synthetic recipe, 2 ranks, 1 epoch; order rotated each round",
+    )
+
+
+def long_rounds(
+    runs: dict[str, Callable[..., tuple[float, list[dict[str, Any]]]]],
+    scratch: Path,
+    rounds: int = 6,
+) -> list[Result]:
+    measured = speeds(runs, scratch, LONG_CONFIG, rounds, 2, "long")
+    bare = measured["bare"]
+    steps = LONG_CONFIG["steps"]
+    notes = f"{steps} steps a run, order rotated each round"
+    if "ray" in measured:
+        below = sum(lb < r for lb, r in zip(measured["launchbay"], measured["ray"], strict=True))
+        notes += f"; Launchbay below Ray in {below} of {rounds} rounds"
+    return [
+        ratio_result(
+            "P1L",
+            "training steps/s in long rounds, digits recipe, 2 ranks: Launchbay ÷ bare torchrun",
+            measured["launchbay"],
+            bare,
+            "≥ 0.99",
+            True,
+            notes,
+        ),
+        peer_row(
+            "P1L-ray", "the same through Ray Jobs: Ray ÷ bare torchrun", measured.get("ray"), bare
         ),
     ]

@@ -34,8 +34,8 @@ from bench.common import (
     running_stack,
     upload_code,
 )
+from devstack.stack import Stack
 from jobs.states import JobState
-from tests.support.stack import Stack
 
 METRICS_PER_STEP = 20
 SUSTAINED_WIDTH = 1024  # about 2 ms a step on one core here: ~10,000 points/s offered

@@ -28,10 +28,10 @@ from rq.job import Job as RQJob
 from rq.job import JobStatus
 
 from bench.common import MARKER, NO_CHECKPOINTS, Result, birth_time, median, running_stack
+from devstack.procs import SESSION_MARKER, start, stop
+from devstack.stack import Stack
 from jobs.states import JobState
 from service.queue import rq_job_id
-from tests.support.procs import SESSION_MARKER, start, stop
-from tests.support.stack import Stack
 
 BARE_QUEUE = "bench-p6-bare"
 RQ = str(Path(sys.executable).parent / "rq")

@@ -33,7 +33,7 @@ from bench.common import (
     steps_per_second,
     submit_and_wait,
 )
-from tests.support.stack import Stack
+from devstack.stack import Stack
 
 RECIPES = {  # as shipped (batch size, model), for a bounded number of steps
     "digits": {"steps": 1000, "log_every_steps": 10},

@@ -1,5 +1,7 @@
-"""The Launchbay client: the Python SDK (`Client`) and the `launchbay` command line."""
+"""The Launchbay client: the Python SDK (`Client`, `AsyncClient`, the typed records of
+`client.models`) and the `launchbay` command line (`client.cli`)."""
 
+from client.aio import AsyncClient
 from client.errors import (
     ApiError,
     ChecksumMismatch,
@@ -13,19 +15,36 @@ from client.errors import (
     Unauthorized,
     WaitTimeout,
 )
+from client.models import (
+    Checkpoint,
+    Event,
+    ExitReason,
+    Job,
+    JobPage,
+    JobState,
+    LogLine,
+    MetricPoint,
+)
 from client.sdk import Client
-from client.sse import Event
 
 __all__ = [
     "ApiError",
+    "AsyncClient",
+    "Checkpoint",
     "ChecksumMismatch",
     "Client",
     "Conflict",
     "ConnectionFailed",
     "Event",
+    "ExitReason",
     "Forbidden",
     "InvalidRequest",
+    "Job",
+    "JobPage",
+    "JobState",
     "LaunchbayClientError",
+    "LogLine",
+    "MetricPoint",
     "NotFound",
     "ServiceUnavailable",
     "Unauthorized",

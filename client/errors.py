@@ -12,7 +12,7 @@ Catch `LaunchbayClientError` for everything, or one branch of the tree:
      │    └── ServiceUnavailable  503: the database or Redis does not answer
      ├── ConnectionFailed       no answer at all (refused, reset, timed out), after any retries
      ├── ChecksumMismatch       a downloaded file's sha256 differs from the server's ETag
-     └── WaitTimeout            `Client.wait` ran past its timeout (also a `TimeoutError`)
+     └── WaitTimeout            `wait_for_job` ran past its timeout (also a `TimeoutError`)
 """
 
 from typing import Any

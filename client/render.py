@@ -1,10 +1,17 @@
-"""How the CLI shows jobs, metrics, logs and other records: rich tables and plain text."""
+"""How the CLI shows jobs, metrics, logs and other records: rich tables and plain text.
+
+Tables are borderless, like kubectl's and docker's, so they read at 80 columns: ids and
+states never wrap; names and free text are cut with an ellipsis (`status` shows them whole).
+"""
 
 import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import BaseModel
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -21,6 +28,25 @@ STATE_STYLES = {
 
 def state_text(state: str | None) -> Text:
     return Text(state or "?", style=STATE_STYLES.get(state or "", ""))
+
+
+def plain(value: Any) -> Any:
+    """SDK records (pydantic models, lists of them) as the JSON the API sent."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    return value
+
+
+def new_table(caption: str | None = None) -> Table:
+    return Table(
+        box=None,
+        caption=caption,
+        caption_justify="left",
+        pad_edge=False,
+        header_style="bold",
+    )
 
 
 def to_json(value: Any) -> str:
@@ -54,30 +80,38 @@ def format_age(timestamp: str | None, now: datetime | None = None) -> str:
     return f"{seconds}s"
 
 
-def jobs_table(jobs: list[dict[str, Any]], total: int | None = None) -> Table:
-    caption = f"{len(jobs)} of {total} jobs" if total is not None else None
-    table = Table(caption=caption, caption_justify="left")
-    table.add_column("id", no_wrap=True)
-    table.add_column("name", overflow="fold")
-    table.add_column("state")
-    table.add_column("step", justify="right")
-    table.add_column("loss", justify="right")
-    table.add_column("age", justify="right")
+def jobs_table(jobs: list[dict[str, Any]], total: int | None = None, width: int = 80) -> Table:
+    """Jobs, one line each within `width` columns: the name gives way (cut with `…`)."""
+    rows = []
     for job in jobs:
         progress = job.get("progress") or {}
         metrics = job.get("latest_metrics") or {}
-        table.add_row(
-            job.get("id", ""),
-            job.get("name", ""),
-            state_text(job.get("state")),
-            format_number(progress.get("step")),
-            format_number(metrics.get("loss")),
-            format_age(job.get("created_at")),
+        rows.append(
+            (
+                str(job.get("id", "")),
+                str(job.get("name", "")),
+                state_text(job.get("state")),
+                format_number(progress.get("step")),
+                format_number(metrics.get("loss")),
+                format_age(job.get("created_at")),
+            )
         )
+    headers = ("id", "name", "state", "step", "loss", "age")
+    widths = [max([len(h), *(len(str(r[i])) for r in rows)]) for i, h in enumerate(headers)]
+    name_width = max(8, width - (sum(widths) - widths[1]) - 2 * (len(headers) - 1))
+    table = new_table(f"{len(jobs)} of {total} jobs" if total is not None else None)
+    table.add_column("id", no_wrap=True)
+    table.add_column("name", no_wrap=True, overflow="ellipsis", max_width=name_width)
+    table.add_column("state", no_wrap=True)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("loss", justify="right", no_wrap=True)
+    table.add_column("age", justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
-def job_table(job: dict[str, Any]) -> Table:
+def job_table(job: dict[str, Any], checkpoints: list[dict[str, Any]] | None = None) -> Table:
     """One job as `field  value` rows."""
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
@@ -97,6 +131,10 @@ def job_table(job: dict[str, Any]) -> Table:
         ("exit reason", job.get("exit_reason")),
         ("message", job.get("message")),
     ]
+    if checkpoints:
+        last = checkpoints[-1]
+        latest = f"latest {last.get('id')} at step {last.get('step')}"
+        rows.append(("checkpoints", f"{len(checkpoints)}, {latest}"))
     for name, value in sorted((job.get("latest_metrics") or {}).items()):
         rows.append((name, format_number(value)))
     for label, value in rows:
@@ -113,7 +151,7 @@ def metrics_table(points: Iterable[dict[str, Any]]) -> Table:
         if point["name"] not in names:
             names.append(point["name"])
         rows.setdefault((point.get("step"), point.get("epoch")), {})[point["name"]] = point["value"]
-    table = Table()
+    table = new_table()
     table.add_column("step", justify="right")
     table.add_column("epoch", justify="right")
     for name in names:
@@ -128,17 +166,130 @@ def metrics_table(points: Iterable[dict[str, Any]]) -> Table:
 
 
 def records_table(records: list[dict[str, Any]], columns: list[str] | None = None) -> Table:
-    """Flat records (recipes, workers, tokens) as a table; columns default to every key seen."""
+    """Flat records (recipes, nodes, tokens) as a table; columns default to every key seen.
+    Headers never break; lists print comma-separated, times as their age."""
     if columns is None:
         columns = []
         for record in records:
             columns.extend(key for key in record if key not in columns)
-    table = Table()
+    table = new_table()
     for column in columns:
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", min_width=min(len(column), 12))
     for record in records:
-        table.add_row(*(_cell(record.get(column)) for column in columns))
+        table.add_row(*(_cell(record.get(column), column) for column in columns))
     return table
+
+
+def workers_table(workers: list[dict[str, Any]]) -> Table:
+    """Workers at 80 columns: the job column says `idle` or the whole id of the job run."""
+    table = new_table()
+    table.add_column("name", overflow="fold")
+    table.add_column("queues")
+    table.add_column("devices", no_wrap=True)
+    table.add_column("heartbeat", no_wrap=True, justify="right")
+    table.add_column("job", no_wrap=True)
+    for worker in workers:
+        current = worker.get("current_job") or {}
+        table.add_row(
+            str(worker.get("name", "")),
+            ", ".join(str(q) for q in worker.get("queues") or []),
+            format_devices(worker.get("devices") or []),
+            format_age(worker.get("last_heartbeat")) + " ago",
+            str(current.get("id") or worker.get("state") or ""),
+        )
+    return table
+
+
+def format_devices(devices: list[str]) -> str:
+    """`["cpu:0", "cpu:1"]` → `2 cpu`; CUDA ids → `gpu 0,1`."""
+    cpus = [d for d in devices if str(d).startswith("cpu:")]
+    if cpus and len(cpus) == len(devices):
+        return f"{len(cpus)} cpu"
+    return "gpu " + ",".join(str(d) for d in devices) if devices else ""
+
+
+def checkpoint_marks(
+    checkpoints: list[dict[str, Any]], policy: dict[str, Any]
+) -> dict[str, list[str]]:
+    """`{checkpoint id: ["best", "latest"]}` as the API resolves `best` and `latest`."""
+    marks: dict[str, list[str]] = {}
+    if not checkpoints:
+        return marks
+    metric = policy.get("best_metric")
+    scored = [c for c in checkpoints if metric and metric in (c.get("metrics") or {})]
+    if not metric:
+        best = checkpoints[-1]
+    elif scored:
+        pick = min if policy.get("best_mode", "min") == "min" else max
+        best = pick(scored, key=lambda c: c["metrics"][metric])
+    else:
+        best = None
+    if best is not None:
+        marks.setdefault(best["id"], []).append("best")
+    marks.setdefault(checkpoints[-1]["id"], []).append("latest")
+    return marks
+
+
+def checkpoints_view(
+    checkpoints: list[dict[str, Any]], marks: dict[str, list[str]], console: Console
+) -> RenderableType:
+    """A table when it fits the console's width, else one short block per checkpoint."""
+    table = checkpoints_table(checkpoints, marks)
+    natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    if natural <= console.width:
+        return table
+    blocks: list[RenderableType] = []
+    for item in checkpoints:
+        metrics = item.get("metrics") or {}
+        blocks.append(
+            Text(
+                f"{item.get('id')}  {','.join(marks.get(str(item.get('id')), []))}".rstrip()
+                + f"\n  step {format_number(item.get('step'))}"
+                + f"  epoch {format_number(item.get('epoch'))}"
+                + f"  {format_size(item.get('size'))}  sha256 {str(item.get('sha256'))[:12]}"
+                + ("\n  " + _metrics_text(metrics) if metrics else "")
+            )
+        )
+    blocks.append(Text(f"{len(checkpoints)} checkpoints" if checkpoints else "no checkpoints"))
+    return Group(*blocks)
+
+
+def _metrics_text(metrics: dict[str, Any]) -> str:
+    return " ".join(f"{k}={format_number(v)}" for k, v in sorted(metrics.items()))
+
+
+def checkpoints_table(checkpoints: list[dict[str, Any]], marks: dict[str, list[str]]) -> Table:
+    table = new_table(f"{len(checkpoints)} checkpoints" if checkpoints else "no checkpoints")
+    table.add_column("id", no_wrap=True)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("epoch", justify="right", no_wrap=True)
+    table.add_column("metrics", overflow="fold", min_width=12)
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("sha256", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    for item in checkpoints:
+        metrics = item.get("metrics") or {}
+        table.add_row(
+            str(item.get("id", "")),
+            format_number(item.get("step")),
+            format_number(item.get("epoch")),
+            _metrics_text(metrics),
+            format_size(item.get("size")),
+            str(item.get("sha256") or "")[:12],
+            ",".join(marks.get(str(item.get("id")), [])),
+        )
+    return table
+
+
+def format_size(size: Any) -> str:
+    if not isinstance(size, int):
+        return ""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return str(size)
 
 
 def items_of(body: Any) -> list[dict[str, Any]]:
@@ -165,7 +316,11 @@ def _progress_text(progress: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _cell(value: Any) -> str:
-    if isinstance(value, dict | list):
-        return json.dumps(value, default=str)
+def _cell(value: Any, column: str = "") -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return " ".join(f"{k}={format_number(v)}" for k, v in value.items())
+    if isinstance(value, str) and column.endswith("_at") and value[:4].isdigit():
+        return value[:19].replace("T", " ")
     return format_number(value)

@@ -1,12 +1,14 @@
-"""The Python SDK for the Launchbay HTTP API (v1).
+"""The Python SDK for the Launchbay HTTP API (v1): `Client` (and `client.aio.AsyncClient`).
 
     with Client() as lb:                       # LAUNCHBAY_API_URL, LAUNCHBAY_TOKEN
-        job = lb.submit({"name": "demo", "recipe": "synthetic"}, idempotency_key="demo-1")
-        for event in lb.events(job["id"]):     # reconnects by itself, ends with the job
+        job = lb.submit_job({"name": "demo", "recipe": "synthetic"})
+        for event in lb.stream_events(job.id): # reconnects by itself, ends with the job
             print(event.event, event.data)
-        lb.download(job["id"], "best", "model.pt")
+        lb.download_checkpoint(job.id, "best", "model.pt")
 
-Every method returns the decoded JSON body of its route (see DESIGN.md), None for a 204.
+Methods are named `verb_noun` (`submit_job`, `list_jobs`, `iter_metrics`, `create_token`)
+and return the typed records of `client.models` (`Job`, `MetricPoint`, `Checkpoint`...;
+`.model_dump()` gives the dict); a route answering 204 returns None.
 Failures raise the tree drawn in `client.errors`:
 
     LaunchbayClientError
@@ -16,14 +18,13 @@ Failures raise the tree drawn in `client.errors`:
      │    ├── Forbidden (403)                  └── ServiceUnavailable (503)
      ├── ConnectionFailed                      no answer at all, after any retries
      ├── ChecksumMismatch                      download's sha256 != ETag
-     └── WaitTimeout                           wait() ran out of time (also a TimeoutError)
+     └── WaitTimeout                           wait_for_job() ran out of time
 
 Transport errors and 503 answers are retried with exponential backoff on idempotent calls
-only: GET, DELETE, and `submit` when it carries an idempotency key. A plain POST is sent
+only: GET, DELETE, and `submit_job` when it carries an idempotency key. A plain POST is sent
 once, since a retry could do its work twice.
 """
 
-import hashlib
 import os
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -31,26 +32,33 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, Self
-from urllib.parse import quote
+from typing import Any, BinaryIO, Self, TypeVar
 
 import httpx
 
-from client.errors import (
-    ChecksumMismatch,
-    ConnectionFailed,
-    WaitTimeout,
-    api_error_from_response,
+from client import http
+from client.errors import ConnectionFailed, WaitTimeout, api_error_from_response
+from client.models import (
+    Checkpoint,
+    CreatedToken,
+    Event,
+    Job,
+    JobPage,
+    LogLine,
+    LogPage,
+    MetricPage,
+    MetricPoint,
+    Node,
+    Recipe,
+    Token,
+    UploadedCode,
+    Worker,
 )
-from client.sse import TERMINAL_STATES, Event, SSEParser
+from client.sse import SSEParser
 
-DEFAULT_API_URL = "http://127.0.0.1:8000"
-MAX_BACKOFF_S = 10.0
-CHUNK_BYTES = 1024 * 1024
-
-JSON = dict[str, Any]
-ProgressCallback = Callable[[int, int | None], None]
-"""Called as `(bytes_done, bytes_total)` while a download runs; the total may be unknown."""
+JSON = http.JSON
+ProgressCallback = http.ProgressCallback
+T = TypeVar("T")
 
 
 class Client:
@@ -66,17 +74,14 @@ class Client:
         retries: int = 3,
         backoff_s: float = 0.5,
     ) -> None:
-        self.api_url = (api_url or os.environ.get("LAUNCHBAY_API_URL") or DEFAULT_API_URL).rstrip(
-            "/"
-        )
-        token = token if token is not None else os.environ.get("LAUNCHBAY_TOKEN")
-        headers = {"Accept": "application/json", "User-Agent": "launchbay-client"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        self.api_url = http.resolve_api_url(api_url)
         self.retries = retries
         self.backoff_s = backoff_s
         self._http = httpx.Client(
-            base_url=self.api_url, headers=headers, timeout=timeout, transport=transport
+            base_url=self.api_url,
+            headers=http.default_headers(token),
+            timeout=timeout,
+            transport=transport,
         )
 
     def __enter__(self) -> Self:
@@ -91,70 +96,92 @@ class Client:
         self.close()
 
     def close(self) -> None:
+        """Close the connections (`with Client() as lb:` does it on leaving)."""
         self._http.close()
 
     # Jobs
 
-    def submit(self, spec: JSON, idempotency_key: str | None = None) -> JSON:
+    def submit_job(self, spec: JSON, idempotency_key: str | None = None) -> Job:
         """Create a job (201), or get back the one made with the same key and body (200)."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return self._json(
+        body = self._json(
             "POST", "/v1/jobs", json=spec, headers=headers, retry=idempotency_key is not None
         )
+        return Job.model_validate(body)
 
-    def get(self, job_id: str) -> JSON:
-        return self._json("GET", _job_path(job_id))
+    def get_job(self, job_id: str) -> Job:
+        """The job as it is now (NotFound for an unknown id, or another owner's job)."""
+        return Job.model_validate(self._json("GET", http.job_path(job_id)))
 
-    def list(self, state: str | None = None, limit: int = 50, offset: int = 0) -> JSON:
-        """One page of jobs, newest first: `{"items": [Job], "total": N}`."""
-        params = _params(state=state, limit=limit, offset=offset)
-        return self._json("GET", "/v1/jobs", params=params)
+    def list_jobs(
+        self,
+        state: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        *,
+        name: str | None = None,
+        tag: str | None = None,
+        owner: str | None = None,
+    ) -> JobPage:
+        """One page of jobs, newest first. `tag` is `key=value`; `owner` needs an admin token."""
+        query = http.params(
+            state=state, limit=limit, offset=offset, name=name, tag=tag, owner=owner
+        )
+        return JobPage.model_validate(self._json("GET", "/v1/jobs", params=query))
 
-    def cancel(self, job_id: str) -> JSON:
-        return self._json("POST", _job_path(job_id, "cancel"), retry=False)
+    def cancel_job(self, job_id: str) -> Job:
+        """Ask a job to stop: a queued one is `cancelled` at once, a running one `cancelling`."""
+        body = self._json("POST", http.job_path(job_id, "cancel"), retry=False)
+        return Job.model_validate(body)
 
-    def delete(self, job_id: str) -> None:
+    def delete_job(self, job_id: str) -> None:
         """Delete a finished job and its files (409 while it is not terminal)."""
-        self._json("DELETE", _job_path(job_id))
+        self._json("DELETE", http.job_path(job_id))
 
-    def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 1.0) -> JSON:
-        """Poll until the job is `succeeded`, `failed` or `cancelled`, and return it."""
+    def wait_for_job(self, job_id: str, timeout: float | None = None, poll_s: float = 1.0) -> Job:
+        """Poll until the job is `succeeded`, `failed` or `cancelled`, and return it.
+
+        Raises WaitTimeout (also a TimeoutError) after `timeout` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            job = self.get(job_id)
-            if job["state"] in TERMINAL_STATES:
+            job = self.get_job(job_id)
+            if job.is_terminal():
                 return job
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise WaitTimeout(job_id, job["state"], timeout or 0.0)
+                raise WaitTimeout(job_id, job.state, timeout or 0.0)
             time.sleep(poll_s if left is None else min(poll_s, left))
 
     # What a job produces
 
-    def metrics(
+    def list_metrics(
         self, job_id: str, name: str | None = None, after: int = 0, limit: int = 1000
-    ) -> JSON:
-        """One page of metric points with `seq > after`: `{"items": [...], "next_after": seq}`."""
-        params = _params(name=name, after=after, limit=limit)
-        return self._json("GET", _job_path(job_id, "metrics"), params=params)
+    ) -> MetricPage:
+        """One page of metric points with `seq > after`; `next_after` starts the next page."""
+        query = http.params(name=name, after=after, limit=limit)
+        return MetricPage.model_validate(
+            self._json("GET", http.job_path(job_id, "metrics"), params=query)
+        )
 
     def iter_metrics(
         self, job_id: str, name: str | None = None, after: int = 0, page_size: int = 1000
-    ) -> Iterator[JSON]:
-        """Every metric point after `after`, fetching page after page."""
-        return _pages(lambda a: self.metrics(job_id, name, a, page_size), after, page_size)
+    ) -> Iterator[MetricPoint]:
+        """Every metric point after `after` (a seq), fetching page after page."""
+        return _pages(lambda a: self.list_metrics(job_id, name, a, page_size), after, page_size)
 
-    def logs(
+    def list_logs(
         self,
         job_id: str,
         rank: int | None = None,
         after: int = 0,
         limit: int = 1000,
         node: int | None = None,
-    ) -> JSON:
-        """One page of log lines with `seq > after`: `{"items": [...], "next_after": seq}`."""
-        params = _params(rank=rank, node=node, after=after, limit=limit)
-        return self._json("GET", _job_path(job_id, "logs"), params=params)
+    ) -> LogPage:
+        """One page of log lines with `seq > after`; `next_after` starts the next page."""
+        query = http.params(rank=rank, node=node, after=after, limit=limit)
+        return LogPage.model_validate(
+            self._json("GET", http.job_path(job_id, "logs"), params=query)
+        )
 
     def iter_logs(
         self,
@@ -163,15 +190,17 @@ class Client:
         after: int = 0,
         page_size: int = 1000,
         node: int | None = None,
-    ) -> Iterator[JSON]:
-        """Every log line after `after`, fetching page after page."""
-        return _pages(lambda a: self.logs(job_id, rank, a, page_size, node), after, page_size)
+    ) -> Iterator[LogLine]:
+        """Every log line after `after` (a seq), fetching page after page."""
+        return _pages(lambda a: self.list_logs(job_id, rank, a, page_size, node), after, page_size)
 
-    def nodes(self, job_id: str) -> JSON:
-        """The nodes of every attempt of a multi-node job: `{"items": [...]}`."""
-        return self._json("GET", _job_path(job_id, "nodes"))
+    def list_nodes(self, job_id: str) -> list[Node]:
+        """The nodes of every attempt of a multi-node job."""
+        return http.items(self._json("GET", http.job_path(job_id, "nodes")), Node)
 
-    def events(self, job_id: str, last_event_id: str | None = None) -> Generator[Event, None, None]:
+    def stream_events(
+        self, job_id: str, last_event_id: str | None = None
+    ) -> Generator[Event, None, None]:
         """Follow the job's Server-Sent Events until its terminal `state` event.
 
         `close()` the generator to stop early; that closes the connection.
@@ -181,18 +210,16 @@ class Client:
         A stream that the server closes early is reopened too, unless the job has ended.
         """
         parser = SSEParser(last_event_id=last_event_id)
-        path = _job_path(job_id, "events")
+        path = http.job_path(job_id, "events")
         failures = 0
         while True:
-            headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
-            if parser.last_event_id is not None:
-                headers["Last-Event-ID"] = parser.last_event_id
             seen = parser.last_event_id
             try:
+                headers = http.event_headers(parser.last_event_id)
                 with self._stream("GET", path, headers=headers) as response:
                     for event in parser.parse(response.iter_lines()):
                         failures = 0
-                        if _is_repeat(event.id, seen):
+                        if http.is_repeat(event.id, seen):
                             continue
                         seen = event.id
                         yield event
@@ -203,17 +230,18 @@ class Client:
             except httpx.TransportError as exc:
                 failures += 1
                 if failures > self.retries:
-                    raise ConnectionFailed(self.api_url, _describe(exc)) from exc
+                    raise ConnectionFailed(self.api_url, http.describe(exc)) from exc
                 self._backoff(failures - 1, parser.retry_ms)
                 continue
-            if self.get(job_id)["state"] in TERMINAL_STATES:
+            if self.get_job(job_id).is_terminal():
                 return
             self._backoff(0, parser.retry_ms or 1000)
 
-    def checkpoints(self, job_id: str) -> JSON:
-        return self._json("GET", _job_path(job_id, "checkpoints"))
+    def list_checkpoints(self, job_id: str) -> list[Checkpoint]:
+        """The job's registered checkpoints, oldest first."""
+        return http.items(self._json("GET", http.job_path(job_id, "checkpoints")), Checkpoint)
 
-    def download(
+    def download_checkpoint(
         self,
         job_id: str,
         ref: str = "latest",
@@ -228,31 +256,27 @@ class Client:
         call or an earlier one, goes on from where it stopped with a Range request. The file
         is renamed into place only once its sha256 equals the server's ETag.
         """
-        target = _download_target(job_id, ref, path)
+        target = http.download_target(job_id, ref, path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        part = target.with_name(target.name + ".part")
-        url = _job_path(job_id, "checkpoints", ref, "download")
-        hasher = _sha256_of(part) if part.exists() else hashlib.sha256()
+        part = http.part_of(target)
+        url = http.job_path(job_id, "checkpoints", ref, "download")
+        hasher = http.sha256_of(part)
         etag: str | None = None
         failures = 0
         while True:
             offset = part.stat().st_size if part.exists() else 0
-            headers = {"Accept": "*/*"}
-            if offset:
-                headers["Range"] = f"bytes={offset}-"
-                if etag:
-                    headers["If-Range"] = etag
+            headers = http.resume_headers(offset, etag)
             try:
                 with self._stream("GET", url, headers=headers, ok=(416,)) as response:
-                    if not _continues(response, offset):
+                    if not http.continues(response, offset):
                         # The server sends the whole file (200), or its part no longer fits the
                         # one we hold (416, another 206): drop ours and take the whole.
                         part.unlink(missing_ok=True)
-                        hasher, offset = hashlib.sha256(), 0
+                        hasher, offset = http.sha256_of(part), 0
                         if response.status_code != 200:
                             continue
                     etag = response.headers.get("ETag", etag)
-                    total = _total_size(response, offset)
+                    total = http.total_size(response, offset)
                     with part.open("ab") as out:
                         for chunk in response.iter_bytes():
                             out.write(chunk)
@@ -265,58 +289,54 @@ class Client:
             except httpx.TransportError as exc:
                 failures += 1
                 if failures > self.retries:
-                    raise ConnectionFailed(self.api_url, _describe(exc)) from exc
+                    raise ConnectionFailed(self.api_url, http.describe(exc)) from exc
                 self._backoff(failures - 1)
-        expected = _etag_value(etag)
-        actual = hasher.hexdigest()
-        if expected is not None and expected.lower() != actual:
-            part.unlink(missing_ok=True)
-            raise ChecksumMismatch(str(target), expected, actual)
-        part.replace(target)
-        return target
+        return http.finish_download(part, target, hasher, etag)
 
     # Code, recipes, workers, service
 
-    def upload_code(self, path: str | os.PathLike[str]) -> JSON:
-        """Upload a `.py`, `.zip` or `.tar.gz`: `{"code_id", "sha256", "size"}`."""
+    def upload_code(self, path: str | os.PathLike[str]) -> UploadedCode:
+        """Upload a `.py`, `.zip` or `.tar.gz`; use its `code_id` in a spec's `code`."""
         file = Path(path)
         with file.open("rb") as fh:
             files: dict[str, tuple[str, BinaryIO, str]] = {
                 "file": (file.name, fh, "application/octet-stream")
             }
-            return self._json("POST", "/v1/code", files=files, retry=False)
+            body = self._json("POST", "/v1/code", files=files, retry=False)
+        return UploadedCode.model_validate(body)
 
-    def recipes(self) -> JSON:
-        return self._json("GET", "/v1/recipes")
+    def list_recipes(self) -> list[Recipe]:
+        """The built-in training programs, each with its config's JSON Schema."""
+        return http.items(self._json("GET", "/v1/recipes"), Recipe)
 
-    def workers(self) -> Any:
-        return self._json("GET", "/v1/workers")
+    def list_workers(self) -> list[Worker]:
+        """The workers seen: queues, devices, last heartbeat, current job."""
+        return http.items(self._json("GET", "/v1/workers"), Worker)
 
-    def health(self) -> JSON:
-        return self._json("GET", "/v1/health")
+    def get_health(self) -> JSON:
+        """`{"status": "ok"}` while the API process lives."""
+        return dict(self._json("GET", "/v1/health"))
 
-    def ready(self) -> JSON:
+    def get_readiness(self) -> JSON:
         """`{...}` when the database and Redis answer; ServiceUnavailable names what does not."""
-        return self._json("GET", "/v1/ready", retry=False)
+        return dict(self._json("GET", "/v1/ready", retry=False))
 
     # Tokens (admin only)
 
     def create_token(
         self, name: str, role: str = "user", expires_at: str | datetime | None = None
-    ) -> JSON:
-        """Make a token: `{"name", "role", "token"}`; the secret is shown this once."""
-        body: JSON = {"name": name, "role": role}
-        if expires_at is not None:
-            body["expires_at"] = (
-                expires_at.isoformat() if isinstance(expires_at, datetime) else expires_at
-            )
-        return self._json("POST", "/v1/tokens", json=body, retry=False)
+    ) -> CreatedToken:
+        """Make a token; its secret (`token`) is shown this once."""
+        body = http.token_body(name, role, expires_at)
+        return CreatedToken.model_validate(self._json("POST", "/v1/tokens", json=body, retry=False))
 
-    def list_tokens(self) -> Any:
-        return self._json("GET", "/v1/tokens")
+    def list_tokens(self) -> list[Token]:
+        """Every token (never the secrets)."""
+        return http.items(self._json("GET", "/v1/tokens"), Token)
 
     def revoke_token(self, name: str) -> None:
-        self._json("DELETE", f"/v1/tokens/{quote(name, safe='')}")
+        """Revoke a token by name; requests carrying it are refused from now on."""
+        self._json("DELETE", http.token_path(name))
 
     # Plumbing
 
@@ -348,7 +368,7 @@ class Client:
     ) -> httpx.Response:
         """Send one request, retrying when it is safe; raise ApiError on an error status."""
         if retry is None:
-            retry = method in ("GET", "HEAD", "DELETE")
+            retry = method in http.IDEMPOTENT_METHODS
         attempt = 0
         while True:
             try:
@@ -356,13 +376,13 @@ class Client:
                 response = self._http.send(request, stream=stream)
             except httpx.TransportError as exc:
                 if not retry or attempt >= self.retries:
-                    raise ConnectionFailed(self.api_url, _describe(exc)) from exc
+                    raise ConnectionFailed(self.api_url, http.describe(exc)) from exc
                 self._backoff(attempt)
                 attempt += 1
                 continue
             if response.status_code == 503 and retry and attempt < self.retries:
                 response.close()
-                self._backoff(attempt, _retry_after_ms(response))
+                self._backoff(attempt, http.retry_after_ms(response))
                 attempt += 1
                 continue
             if response.is_error and response.status_code not in ok:
@@ -374,84 +394,16 @@ class Client:
             return response
 
     def _backoff(self, attempt: int, server_ms: int | None = None) -> None:
-        delay = server_ms / 1000 if server_ms is not None else self.backoff_s * 2**attempt
+        delay = http.backoff_delay(self.backoff_s, attempt, server_ms)
         if delay > 0:
-            time.sleep(min(delay, MAX_BACKOFF_S))
+            time.sleep(delay)
 
 
-def _job_path(job_id: str, *rest: str) -> str:
-    return "/".join(["/v1/jobs", *(quote(str(part), safe="") for part in (job_id, *rest))])
-
-
-def _params(**values: Any) -> JSON:
-    return {key: value for key, value in values.items() if value is not None}
-
-
-def _pages(fetch: Callable[[int], JSON], after: int, page_size: int) -> Iterator[JSON]:
+def _pages(fetch: Callable[[int], Any], after: int, page_size: int) -> Iterator[Any]:
     while True:
         page = fetch(after)
-        items = page.get("items") or []
-        yield from items
-        next_after = page.get("next_after")
-        if len(items) < page_size or next_after is None or next_after <= after:
+        yield from page.items
+        next_after = http.next_page_after(page, after, page_size)
+        if next_after is None:
             return
         after = next_after
-
-
-def _is_repeat(event_id: str | None, seen: str | None) -> bool:
-    """Ids are monotonic integers (DESIGN.md), so one at or below the last seen is a replay."""
-    if event_id is None or seen is None or not (event_id.isdigit() and seen.isdigit()):
-        return False
-    return int(event_id) <= int(seen)
-
-
-def _describe(exc: httpx.TransportError) -> str:
-    if isinstance(exc, httpx.TimeoutException):
-        return f"timed out ({type(exc).__name__})"
-    return str(exc) or type(exc).__name__
-
-
-def _retry_after_ms(response: httpx.Response) -> int | None:
-    value = response.headers.get("Retry-After", "")
-    return int(value) * 1000 if value.isdigit() else None
-
-
-def _download_target(job_id: str, ref: str, path: str | os.PathLike[str] | None) -> Path:
-    default_name = f"{job_id}-{ref}.pt"
-    if path is None:
-        return Path.cwd() / default_name
-    target = Path(path)
-    return target / default_name if target.is_dir() else target
-
-
-def _continues(response: httpx.Response, offset: int) -> bool:
-    """Whether the body carries on from `offset` (206 at that byte) rather than restarting."""
-    if offset == 0:
-        return True
-    if response.status_code != 206:
-        return False
-    content_range = response.headers.get("Content-Range", "")
-    return content_range.startswith(f"bytes {offset}-")
-
-
-def _total_size(response: httpx.Response, offset: int) -> int | None:
-    content_range = response.headers.get("Content-Range", "")
-    if "/" in content_range:
-        total = content_range.rsplit("/", 1)[1]
-        return int(total) if total.isdigit() else None
-    length = response.headers.get("Content-Length", "")
-    return offset + int(length) if length.isdigit() else None
-
-
-def _etag_value(etag: str | None) -> str | None:
-    if not etag:
-        return None
-    return etag.removeprefix("W/").strip('"')
-
-
-def _sha256_of(path: Path) -> "hashlib._Hash":
-    hasher = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK_BYTES):
-            hasher.update(chunk)
-    return hasher

@@ -18,9 +18,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from client.errors import ApiError, ConnectionFailed
+from client.models import Event, Job
 from client.render import STATE_STYLES, format_log, format_number, state_text
 from client.sdk import Client
-from client.sse import TERMINAL_STATES, Event
 
 EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 2}
 """How `watch` and `submit --wait` exit for each terminal state."""
@@ -28,18 +28,18 @@ EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 2}
 LOG_LINES = 8
 
 
-def exit_code_for(job: dict[str, Any]) -> int:
-    return EXIT_CODES.get(job.get("state", ""), 1)
+def exit_code_for(job: Job) -> int:
+    return EXIT_CODES.get(str(job.state), 1)
 
 
-def describe_end(job: dict[str, Any]) -> Text:
+def describe_end(job: Job) -> Text:
     """`job 1f3a… failed (user_error): Traceback…` for the line printed when a job ends."""
-    state = job.get("state", "?")
-    text = Text(f"job {job.get('id')} ") + Text(state, style=STATE_STYLES.get(state, ""))
-    if job.get("exit_reason"):
-        text.append(f" ({job['exit_reason']})")
-    if job.get("message"):
-        text.append(f": {job['message']}")
+    state = str(job.state)
+    text = Text(f"job {job.id} ") + Text(state, style=STATE_STYLES.get(state, ""))
+    if job.exit_reason:
+        text.append(f" ({job.exit_reason})")
+    if job.message:
+        text.append(f": {job.message}")
     return text
 
 
@@ -52,10 +52,12 @@ class JobView:
         self.job = job
         self.last_seq = 0
         self.lines: deque[str] = deque(maxlen=LOG_LINES)
+        self.checkpoint: str | None = None
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
+            TextColumn("time left", style="dim"),
             TimeRemainingColumn(),
         )
         self._task = self.progress.add_task("step", total=None)
@@ -74,7 +76,9 @@ class JobView:
             elif event.event == "log":
                 self._add_line(format_log(data, with_rank=True))
             elif event.event == "checkpoint":
-                self._add_line(f"(checkpoint {data.get('id')} saved at step {data.get('step')})")
+                # Shown above the logs until the next one, so busy logs cannot scroll it away.
+                self.checkpoint = f"checkpoint {data.get('id')} saved at step {data.get('step')}"
+                self._add_line(f"({self.checkpoint})", shown_live=False)
             elif event.event == "restart":
                 self._add_line("(ranks restarted)")
             self._sync_progress()
@@ -113,7 +117,9 @@ class JobView:
                 style="dim" if not job.get("latest_metrics") else "",
             )
             logs = Panel(Text("\n".join(self.lines) or "no logs yet"), title="logs", expand=True)
-            return Group(header, self.progress, metrics, logs)
+            saved = Text(f"last {self.checkpoint}" if self.checkpoint else "no checkpoint yet")
+            saved.stylize("dim" if not self.checkpoint else "green")
+            return Group(header, self.progress, metrics, saved, logs)
 
     def _add_line(self, line: str, shown_live: bool = True) -> None:
         if self._echo is not None:
@@ -144,14 +150,12 @@ class JobView:
         self.progress.update(self._task, description=unit, total=total, completed=done or 0)
 
 
-def follow_job(
-    client: Client, job_id: str, console: Console, poll_s: float = 1.0
-) -> dict[str, Any]:
+def follow_job(client: Client, job_id: str, console: Console, poll_s: float = 1.0) -> Job:
     """Show the job live until it reaches a terminal state, and return it as it ended."""
-    job = client.get(job_id)
-    if job["state"] in TERMINAL_STATES:
+    job = client.get_job(job_id)
+    if job.is_terminal():
         return job
-    view = JobView(job, echo=None if console.is_terminal else console)
+    view = JobView(job.model_dump(mode="json"), echo=None if console.is_terminal else console)
     display: AbstractContextManager[Any] = (
         Live(get_renderable=view.render, console=console, refresh_per_second=4)
         if console.is_terminal
@@ -159,22 +163,22 @@ def follow_job(
     )
     with display:
         try:
-            for event in client.events(job_id):
+            for event in client.stream_events(job_id):
                 view.apply(event)
                 if event.event == "state":
-                    view.replace_job(client.get(job_id))
+                    view.replace_job(client.get_job(job_id).model_dump(mode="json"))
         except (ConnectionFailed, ApiError) as exc:
             view.note(f"event stream lost: {exc}; polling instead")
             _poll(client, job_id, view, poll_s)
-    return client.get(job_id)
+    return client.get_job(job_id)
 
 
 def _poll(client: Client, job_id: str, view: JobView, poll_s: float) -> None:
     while True:
-        job = client.get(job_id)
-        view.replace_job(job)
+        job = client.get_job(job_id)
+        view.replace_job(job.model_dump(mode="json"))
         for item in client.iter_logs(job_id, after=view.last_seq):
-            view.add_log(item)
-        if job["state"] in TERMINAL_STATES:
+            view.add_log(item.model_dump(mode="json"))
+        if job.is_terminal():
             return
         time.sleep(poll_s)

@@ -101,7 +101,27 @@ check_dockerfile() {
     echo "check-stack: Dockerfile ok ($("$hadolint" --version))"
 }
 
+# The worker's healthcheck must be the heartbeat check, and that command must exist.
+check_worker_healthcheck() {
+    local python=python3
+    [[ -x .venv/bin/python ]] && python=.venv/bin/python
+    docker-compose -f docker-compose.yml config 2>/dev/null | "$python" -c '
+import sys, yaml
+worker = yaml.safe_load(sys.stdin)["services"]["worker"]
+check = worker.get("healthcheck") or {}
+test = check.get("test") or []
+if check.get("disable") or test[1:] != ["launchbay", "worker", "--check"]:
+    sys.exit(f"the worker healthcheck is {check!r}, not launchbay worker --check")
+' || fail "docker-compose.yml: the worker service needs healthcheck test [CMD, launchbay, worker, --check]"
+    if [[ -x .venv/bin/launchbay ]]; then
+        .venv/bin/launchbay worker --help | grep -q -- "--check" \
+            || fail "launchbay worker has no --check option"
+    fi
+    echo "check-stack: worker healthcheck ok"
+}
+
 ensure_docker_compose
 check_compose
 check_multinode_profile
+check_worker_healthcheck
 check_dockerfile

@@ -1,27 +1,42 @@
 #!/usr/bin/env bash
-# Sets up Launchbay on the embedded defaults (SQLite and a local Redis), starts the API and a
-# worker, submits the demo job, follows it to the end and downloads its checkpoint.
-# Everything it started is stopped when it exits.
+# Sets up Launchbay on the embedded defaults (SQLite and a Redis of its own), starts the API
+# and a worker, submits the demo job, follows it to the end and downloads its checkpoint.
+#
+#   scripts/demo.sh           everything it started is stopped when it ends
+#   scripts/demo.sh --keep    the stack stays up: it prints the dashboard's URL and the token
+#                             to paste, and stops everything on Ctrl-C
+#
+# Redis: the demo starts a private redis-server on a free port, so its jobs never land on the
+# queue of a Redis that something else uses. Set LAUNCHBAY_REDIS_URL to use a Redis of yours
+# instead (it says so, since it then shares that Redis's `default` queue).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+keep=""
+for arg in "$@"; do
+  case $arg in
+    --keep) keep=yes ;;
+    -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "demo: unknown argument $arg (try --help)" >&2; exit 2 ;;
+  esac
+done
+
 scripts/setup.sh
+py=.venv/bin/python
+lb=.venv/bin/launchbay
 
 export LAUNCHBAY_DATA_DIR=${LAUNCHBAY_DATA_DIR:-$PWD/.launchbay}
-export LAUNCHBAY_REDIS_URL=${LAUNCHBAY_REDIS_URL:-redis://127.0.0.1:6379/0}
 port=${LAUNCHBAY_DEMO_PORT:-8000}
 export LAUNCHBAY_API_URL=http://127.0.0.1:$port
 # The API always wants a bearer token: the demo makes itself an admin token unless one is set,
 # and the CLI below uses it.
 if [ -z "${LAUNCHBAY_ADMIN_TOKEN:-}" ]; then
-  LAUNCHBAY_ADMIN_TOKEN=lb_$(.venv/bin/python -c "import secrets; print(secrets.token_urlsafe(32))")
-  LAUNCHBAY_TOKEN=$LAUNCHBAY_ADMIN_TOKEN
+  LAUNCHBAY_ADMIN_TOKEN=lb_$("$py" -c "import secrets; print(secrets.token_urlsafe(32))")
 fi
 export LAUNCHBAY_ADMIN_TOKEN
 export LAUNCHBAY_TOKEN=${LAUNCHBAY_TOKEN:-$LAUNCHBAY_ADMIN_TOKEN}
-mkdir -p "$LAUNCHBAY_DATA_DIR"
 logs=$LAUNCHBAY_DATA_DIR/demo
 mkdir -p "$logs"
-lb=.venv/bin/launchbay
 started_redis=""
 pids=()
 
@@ -32,27 +47,35 @@ cleanup() {
     kill -KILL "$pid" 2>/dev/null || true
   done
   if [ -n "$started_redis" ]; then
-    .venv/bin/python -c "import redis,sys; redis.Redis.from_url(sys.argv[1]).shutdown(nosave=True)" \
+    "$py" -c "import redis,sys; redis.Redis.from_url(sys.argv[1]).shutdown(nosave=True)" \
       "$LAUNCHBAY_REDIS_URL" 2>/dev/null || true
   fi
 }
 trap cleanup EXIT
+trap 'echo; echo "demo: stopping"; exit 0' INT TERM
 
 redis_answers() {
-  .venv/bin/python -c "import redis,sys; redis.Redis.from_url(sys.argv[1], socket_connect_timeout=1).ping()" \
+  "$py" -c "import redis,sys; redis.Redis.from_url(sys.argv[1], socket_connect_timeout=1).ping()" \
     "$LAUNCHBAY_REDIS_URL" 2>/dev/null
 }
-if ! redis_answers; then
+if [ -n "${LAUNCHBAY_REDIS_URL:-}" ]; then
+  echo "demo: using the Redis at $LAUNCHBAY_REDIS_URL (LAUNCHBAY_REDIS_URL); its queue 'default'"
+  echo "demo:   is shared with anything else using it: other workers there may take the demo job"
+  redis_answers || { echo "demo: no Redis answers at $LAUNCHBAY_REDIS_URL" >&2; exit 1; }
+else
   if ! command -v redis-server >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "demo: installing Debian's redis-server"
       apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
     else
-      echo "demo: no Redis answers at $LAUNCHBAY_REDIS_URL and redis-server is not installed" >&2
+      echo "demo: redis-server is not installed (apt-get install redis-server), or set" >&2
+      echo "demo:   LAUNCHBAY_REDIS_URL to a Redis the demo may share" >&2
       exit 1
     fi
   fi
-  redis_port=$(.venv/bin/python -c "import sys; from urllib.parse import urlparse; print(urlparse(sys.argv[1]).port or 6379)" "$LAUNCHBAY_REDIS_URL")
-  echo "demo: starting redis-server on port $redis_port"
+  redis_port=$("$py" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+  export LAUNCHBAY_REDIS_URL=redis://127.0.0.1:$redis_port/0
+  echo "demo: starting a private redis-server on port $redis_port (nothing else uses it)"
   redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
     --logfile "$logs/redis.log" --dir "$logs"
   started_redis=yes
@@ -63,7 +86,7 @@ echo "demo: starting the API on $LAUNCHBAY_API_URL and a worker (logs in $logs)"
 "$lb" api --port "$port" >"$logs/api.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 150); do
-  .venv/bin/python -c "import httpx,sys; httpx.get(sys.argv[1]).raise_for_status()" \
+  "$py" -c "import httpx,sys; httpx.get(sys.argv[1]).raise_for_status()" \
     "$LAUNCHBAY_API_URL/v1/health" 2>/dev/null && break
   kill -0 "${pids[0]}" 2>/dev/null || { cat "$logs/api.log" >&2; exit 1; }
   sleep 0.2
@@ -72,8 +95,22 @@ done
 env -u LAUNCHBAY_ADMIN_TOKEN -u LAUNCHBAY_TOKEN "$lb" worker >"$logs/worker.log" 2>&1 &
 pids+=($!)
 
-job=$("$lb" submit examples/digits.yaml --json | .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)['id'])")
+job=$("$lb" submit examples/digits.yaml --json | "$py" -c "import json,sys; print(json.load(sys.stdin)['id'])")
 echo "demo: submitted job $job"
 "$lb" watch "$job"
 "$lb" download "$job" --checkpoint best -o digits-best.pt
-echo "demo: done. The checkpoint is ./digits-best.pt; logs: $lb logs $job (while the API runs)"
+echo "demo: the best checkpoint is ./digits-best.pt (README: \"Using a downloaded checkpoint\")"
+
+if [ -z "$keep" ]; then
+  echo "demo: done; everything it started is stopped now (scripts/demo.sh --keep leaves it running)"
+  exit 0
+fi
+cat <<EOF
+
+demo: the stack keeps running until Ctrl-C.
+  dashboard  $LAUNCHBAY_API_URL/   (paste the token below to sign in)
+  token      $LAUNCHBAY_ADMIN_TOKEN
+  CLI        export LAUNCHBAY_API_URL=$LAUNCHBAY_API_URL LAUNCHBAY_TOKEN=$LAUNCHBAY_ADMIN_TOKEN
+             .venv/bin/launchbay logs $job
+EOF
+wait "${pids[@]}"

@@ -58,6 +58,19 @@ def download_checkpoint(
     )
 
 
+@router.head("/{job_id}/checkpoints/{ref}/download", response_class=FileResponse)
+def head_checkpoint(
+    job: OwnedJob,
+    ref: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    range_header: Annotated[str | None, Header(alias="range")] = None,
+) -> FileResponse:
+    """The download's headers (Content-Length, ETag, Accept-Ranges), without the body: the
+    file response sends headers only to a HEAD request."""
+    return download_checkpoint(job, ref, session, settings, range_header)
+
+
 def resolve_checkpoint(job: Job, ref: str, checkpoints: list[Checkpoint]) -> Checkpoint:
     """`ref` is a checkpoint id, `latest`, or `best` (by the spec's `best_metric`; the latest
     when the job names no best metric)."""

@@ -4,12 +4,14 @@ import hashlib
 import json
 import logging
 import shutil
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response, status
 from redis.exceptions import RedisError
 from rq.exceptions import NoSuchJobError
+from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, select
 
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
@@ -22,7 +24,13 @@ from service.deps import (
     SessionDep,
     SettingsDep,
 )
-from service.errors import Conflict, InvalidTransition, ServiceUnavailable
+from service.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    InvalidTransition,
+    ServiceUnavailable,
+)
 from service.models import Job
 from service.schemas import JobPublic, JobsPublic
 
@@ -105,10 +113,55 @@ def list_jobs(
     state: JobState | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+    name: Annotated[str | None, Query(max_length=128, description="Only jobs so named.")] = None,
+    tag: Annotated[
+        list[str] | None,
+        Query(max_length=300, description="Only jobs with this tag, `key=value` (repeatable)."),
+    ] = None,
+    owner: Annotated[
+        str | None, Query(max_length=128, description="Only this owner's jobs (admin only).")
+    ] = None,
 ) -> JobsPublic:
-    owner = None if principal.is_admin else principal.name
-    rows, total = store.list_jobs(session, owner=owner, state=state, limit=limit, offset=offset)
+    if owner is not None and not principal.is_admin and owner != principal.name:
+        raise Forbidden("only an admin lists the jobs of other owners", detail={"owner": owner})
+    if not principal.is_admin:
+        owner = principal.name
+    if name is None and not tag:
+        rows, total = store.list_jobs(session, owner=owner, state=state, limit=limit, offset=offset)
+    else:
+        conditions = [*_owner_and_state(owner, state), *_name_and_tags(name, tag or [])]
+        rows, total = _list_where(session, conditions, limit=limit, offset=offset)
     return JobsPublic(items=[JobPublic.from_row(j) for j in rows], total=total)
+
+
+def _owner_and_state(owner: str | None, state: JobState | None) -> list[Any]:
+    conditions = [] if owner is None else [col(Job.owner) == owner]
+    return conditions if state is None else [*conditions, col(Job.state) == state]
+
+
+def _name_and_tags(name: str | None, tags: list[str]) -> list[Any]:
+    """`tags` as `key=value`; a tag's value is read from the spec's JSON on either database."""
+    conditions = [] if name is None else [col(Job.name) == name]
+    for item in tags:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise BadRequest(f"tag {item!r} is not key=value", detail={"tag": item})
+        conditions.append(col(Job.spec)["tags"][key].as_string() == value)
+    return conditions
+
+
+def _list_where(
+    session: SessionDep, conditions: list[Any], *, limit: int, offset: int
+) -> tuple[list[Job], int]:
+    total = session.exec(select(func.count()).select_from(Job).where(*conditions)).one()
+    stmt = (
+        select(Job)
+        .where(*conditions)
+        .order_by(col(Job.created_at).desc(), col(Job.id).desc())
+        .offset(offset)
+        .limit(limit)
+    )
+    return list(session.exec(stmt).all()), int(total)
 
 
 @router.get("/{job_id}", response_model=JobPublic)

@@ -5,6 +5,9 @@ installs the browser; without /usr/bin/chromium these tests skip, and only then.
 import base64
 import hashlib
 import os
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +20,7 @@ from tests.support.stack import Stack
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
 
+README = Path(__file__).resolve().parents[2] / "README.md"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(
@@ -380,3 +384,152 @@ def test_a_multi_node_job_shows_its_nodes_and_labels_ranks_by_node(
     assert sorted(label.split("/")[1] for label in labels) == ["rank 0", "rank 1"]
     assert not severe_console_entries(driver)
     save_screenshot(driver, "dashboard-multi-node.png")
+
+
+def readme_sdk_snippet() -> str:
+    section = README.read_text().split("## The Python SDK", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, "no python block under '## The Python SDK'"
+    return match.group(1)
+
+
+def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "WebDriver") -> None:
+    """The README's SDK snippet, as written, run twice: the same outcome, two jobs. With a job
+    that cannot launch (64 ranks on a worker of 2 slots): the jobs list says why it failed and
+    filters; the compare view overlays the two runs' metrics (same specs), and shows the
+    differences of a run's spec and the failed job's; the failed job's ranks say they wrote
+    nothing; the worker's healthcheck passes against the live worker."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    with sqlite_stack.client() as http:
+        broken_spec = {"name": "too-wide", "recipe": "synthetic", "nproc_per_node": 64}
+        broken = http.post("/v1/jobs", json=broken_spec).json()["id"]
+    code = readme_sdk_snippet()
+    assert "idempotency_key" not in code  # no fixed key that would replay the first job
+    outputs = []
+    for _ in range(2):
+        run = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=sqlite_stack.root,
+            env=sqlite_stack.env(),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert run.returncode == 0, f"{run.stderr}\n--- workers\n{sqlite_stack.worker_logs()}"
+        outputs.append(run.stdout)
+    assert outputs[0] == outputs[1]  # seeded: the same curve, the same best checkpoint
+    lines = outputs[0].splitlines()
+    assert "succeeded completed" in lines and lines[-1].startswith("best checkpoint: step ")
+    assert any(line.startswith("step ") and " loss " in line for line in lines)
+    with sqlite_stack.client() as http:
+        runs = [
+            job["id"] for job in http.get("/v1/jobs", params={"name": "sdk-demo"}).json()["items"]
+        ]
+        assert len(runs) == 2  # two snippet runs, two jobs: none replayed
+        failed = sqlite_stack.wait_for_state(http, broken, {"failed"})
+    assert failed["exit_reason"] == "launch_error" and failed["message"]
+
+    check = subprocess.run(
+        [sys.executable, "-m", "client.cli", "worker", "--check"],
+        env=sqlite_stack.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stderr
+    assert "heart-beat" in check.stdout
+
+    driver = browser
+    sign_in(driver, sqlite_stack, sqlite_stack.admin_token)
+    wait("the jobs page", lambda: js(driver, "return !!document.querySelector('#jobs-body')"))
+    row = f"#jobs-body tr[data-job-id='{broken}']"
+    outcome = wait("the failed job's reason", lambda: text_of(driver, f"{row} .outcome"))
+    assert "launch_error" in outcome and failed["message"].splitlines()[0][:40] in outcome
+    age = js(driver, "return document.querySelector(arguments[0] + ' time').title", row)
+    assert age.endswith(" UTC") and age[:4].isdigit(), age
+
+    # Filter by name, then compare every run of that name.
+    fill(driver, "name-filter", "sdk-demo\n")
+    wait(
+        "the name filter",
+        lambda: (
+            js(driver, "return document.querySelectorAll('#jobs-body tr').length") == 2
+            and "name=sdk-demo" in driver.current_url
+        ),
+    )
+    driver.find_element(By.ID, "compare-all").click()
+    charts = "#compare-charts .chart[data-metric=loss]"
+    wait(
+        "the overlaid loss chart",
+        lambda: (
+            js(driver, "return document.querySelector(arguments[0])?.dataset.series", charts) == "2"
+        ),
+    )
+    assert text_of(driver, "#same-specs") == "The specs are the same."
+    legend = js(
+        driver, "return document.querySelector(arguments[0]).textContent", f"{charts} .u-legend"
+    )
+    assert "sdk-demo (" in legend and "--" not in legend, legend
+    save_screenshot(driver, "dashboard-compare.png")
+
+    # Or tick jobs on the list.
+    driver.get(f"{sqlite_stack.url}/#/jobs")
+    for job_id in (runs[0], broken):
+        wait(
+            "a row",
+            lambda j=job_id: driver.find_elements(By.CSS_SELECTOR, f"[data-job-id='{j}'] .pick"),
+        )[0].click()
+    driver.find_element(By.ID, "compare-selected").click()
+    wait(
+        "the compare page",
+        lambda: js(driver, "return document.querySelector('.compare-page')?.dataset.runs") == "2",
+    )
+    diff = wait(
+        "the spec differences",
+        lambda: js(
+            driver,
+            "return [...document.querySelectorAll('#spec-diff tbody tr')]"
+            ".map(tr => [...tr.children].map(c => c.textContent.trim()))",
+        ),
+    )
+    assert ["nproc_per_node", "1", "64"] in diff, diff  # in the order ticked
+    assert ["config.num_samples", "256", "768"] in diff and ["name", "sdk-demo", "too-wide"] in diff
+
+    # The failed job: its ranks wrote nothing, and say so; its id does not wrap.
+    driver.get(f"{sqlite_stack.url}/#/jobs/{broken}")
+    empty = wait("the empty rank's note", lambda: text_of(driver, "#log-empty"))
+    assert empty == "No output: this rank wrote nothing."
+    assert js(driver, "return document.querySelector('#log-pane').hidden") is True
+    assert (
+        js(driver, "return document.querySelector('.summary .job-id').getClientRects().length") == 1
+    )
+    created = js(
+        driver,
+        "return [...document.querySelectorAll('.summary-item')]"
+        ".find(i => i.querySelector('dt').textContent === 'Created').querySelector('dd').innerText",
+    )
+    assert created.endswith(" UTC") and created[:4].isdigit(), created
+
+    # The submit form: hints without backticks, and the checkpoint policy.
+    driver.get(f"{sqlite_stack.url}/#/submit")
+    wait("the recipe form", lambda: driver.find_elements(By.ID, "field-checkpoint-best_metric"))
+    assert "`" not in text_of(driver, "#form-mode")
+    fill(driver, "field-queue", "nobody")
+    fill(driver, "field-checkpoint-best_metric", "val_loss")
+    fill(driver, "field-checkpoint-keep_last", "2")
+    Select(driver.find_element(By.ID, "field-checkpoint-best_mode")).select_by_value("min")
+    driver.find_element(By.CSS_SELECTOR, "#form-mode [data-action=submit]").click()
+    prefix = f"{sqlite_stack.url}/#/jobs/"
+    wait(
+        "the new job's page",
+        lambda: driver.current_url.startswith(prefix) and len(driver.current_url) > len(prefix),
+    )
+    with sqlite_stack.client() as http:
+        spec = http.get(f"/v1/jobs/{driver.current_url.removeprefix(prefix)}").json()["spec"]
+    assert spec["checkpoint"]["best_metric"] == "val_loss" and spec["checkpoint"]["keep_last"] == 2
+
+    driver.set_window_size(390, 844)
+    assert no_horizontal_overflow(driver), "the job page is wider than a phone screen"
+    assert severe_console_entries(driver) == []

@@ -95,6 +95,11 @@ def check_answer(response: Any, label: str) -> None:
     assert response.status_code < 500, f"{label}: {response.status_code} {response.text[:500]}"
     if response.status_code < 400:
         return
+    if response.request.method == "HEAD":
+        # A HEAD answer has no body by definition: the error's headers say what GET would send.
+        assert response.content == b"", label
+        assert "application/json" in str(response.headers.get("content-type")), label
+        return
     try:
         body = json.loads(response.content)
     except ValueError:

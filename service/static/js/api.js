@@ -24,10 +24,12 @@ export function getToken() {
 
 export function setToken(token) {
   sessionStorage.setItem(TOKEN_KEY, token);
+  sessionStorage.removeItem("launchbay.is-admin");
 }
 
 export function clearToken() {
   sessionStorage.removeItem(TOKEN_KEY);
+  sessionStorage.removeItem("launchbay.is-admin");
 }
 
 const unauthorizedListeners = new Set();
@@ -107,5 +109,17 @@ export const api = {
   downloadCheckpoint: (id, ref) =>
     request("GET", `${job(id)}/checkpoints/${encodeURIComponent(ref)}/download`, { raw: true }),
   listRecipes: (signal) => request("GET", "/v1/recipes", { signal }),
+  listMetrics: (id, params, signal) => request("GET", `${job(id)}/metrics`, { params, signal }),
+  // Whether the token is an admin's (only an admin lists tokens); asked once per tab.
+  isAdmin: async (signal) => {
+    const known = sessionStorage.getItem("launchbay.is-admin");
+    if (known !== null) return known === "true";
+    const response = await request("GET", "/v1/tokens", { signal, raw: true }).catch((err) => {
+      if (err.status === 403) return null;
+      throw err;
+    });
+    sessionStorage.setItem("launchbay.is-admin", String(response !== null));
+    return response !== null;
+  },
   eventsPath: (id) => `${job(id)}/events`,
 };

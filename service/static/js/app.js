@@ -2,6 +2,7 @@
 
 import { clearToken, getToken, onUnauthorized } from "./api.js";
 import { currentRoute, errorPanel, hideBanner, showBanner } from "./dom.js";
+import { renderCompare } from "./views/compare.js";
 import { renderJob } from "./views/job.js";
 import { renderJobs } from "./views/jobs.js";
 import { renderSignIn } from "./views/signin.js";
@@ -12,6 +13,7 @@ const routes = [
   { pattern: /^\/jobs$/, render: renderJobs, nav: "jobs" },
   { pattern: /^\/jobs\/([^/]+)$/, render: renderJob, nav: "jobs" },
   { pattern: /^\/submit$/, render: renderSubmit, nav: "submit" },
+  { pattern: /^\/compare$/, render: renderCompare, nav: "jobs" },
 ];
 
 let context = null;

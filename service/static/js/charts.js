@@ -3,9 +3,9 @@
 import uPlot from "../vendor/uplot/uPlot.esm.js";
 import { formatNumber, h } from "./dom.js";
 
-const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f"];
-const HEIGHT = 200;
-const AXIS = { stroke: "#475569", grid: { stroke: "#e2e8f0", width: 1 }, ticks: { stroke: "#cbd5e1" } };
+export const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f"];
+export const HEIGHT = 200;
+export const AXIS = { stroke: "#475569", grid: { stroke: "#e2e8f0", width: 1 }, ticks: { stroke: "#cbd5e1" } };
 
 export class MetricCharts {
   constructor(container) {
@@ -91,7 +91,7 @@ export class MetricCharts {
   }
 }
 
-function byName(a, b) {
+export function byName(a, b) {
   const rank = (name) => (name === "loss" ? 0 : name.includes("loss") ? 1 : 2);
   return rank(a) - rank(b) || a.localeCompare(b);
 }
@@ -102,7 +102,8 @@ function options(metric, width) {
     height: HEIGHT,
     scales: { x: { time: false } },
     cursor: { drag: { x: true, y: false } },
-    legend: { show: true, live: true },
+    // The caption names the metric and its latest value: a legend would only repeat them.
+    legend: { show: false },
     axes: [
       { ...AXIS, label: "step", labelSize: 20 },
       { ...AXIS, size: 60, values: (_u, splits) => splits.map(formatNumber) },

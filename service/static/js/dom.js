@@ -113,10 +113,34 @@ export function formatAge(iso, now = Date.now()) {
   return `${formatDuration(seconds)} ago`;
 }
 
+// ISO-like and in UTC, as the API and the CLI write times: "2026-11-25 04:56:28 UTC".
 export function formatTime(msOrIso) {
   const ms = typeof msOrIso === "number" ? msOrIso : parseTime(msOrIso);
   if (ms === null) return "—";
-  return new Date(ms).toLocaleString(undefined, { hour12: false });
+  return `${new Date(ms).toISOString().slice(0, 19).replace("T", " ")} UTC`;
+}
+
+// A <time>: how long ago, with the exact time on hover.
+export function ageElement(iso, now = Date.now()) {
+  const ms = parseTime(iso);
+  return h(
+    "time",
+    { datetime: ms === null ? "" : new Date(ms).toISOString(), title: formatTime(ms) },
+    formatAge(iso, now),
+  );
+}
+
+// The first line of a (possibly multi-line) message, for a table cell.
+export function firstLine(text) {
+  return (text || "").split(/\r?\n/, 1)[0];
+}
+
+// `code` spans in a description (a recipe's docstring): <code> elements, never raw backticks.
+export function withCode(text) {
+  return String(text || "")
+    .split(/`([^`]*)`/)
+    .map((part, i) => (i % 2 ? h("code", {}, part) : part))
+    .filter((part) => part !== "");
 }
 
 export function latestLoss(metrics) {

@@ -29,12 +29,27 @@ export class LogViewer {
         this.followBox.checked = atEnd;
       }
     });
-    this.empty = h("p", { class: "muted small" }, "No output from this rank yet.");
+    this.ended = false;
+    this.empty = h("p", { class: "muted small log-empty", id: "log-empty" }, "No output from this rank yet.");
+    this.pane.hidden = true;
     container.append(
       h("div", { class: "log-bar" }, this.tabs, h("label", { class: "small" }, this.followBox, " follow")),
       this.pane,
       this.empty,
     );
+  }
+
+  // Once the job has ended, a rank without a line wrote nothing: say so, not "yet".
+  setEnded(ended) {
+    this.ended = ended;
+    this.showEmpty();
+  }
+
+  showEmpty() {
+    const none = !(this.lines.get(this.rank) || []).length;
+    this.pane.hidden = none;
+    this.empty.hidden = !none;
+    this.empty.textContent = this.ended ? "No output: this rank wrote nothing." : "No output from this rank yet.";
   }
 
   // Ranks shown as tabs before they print anything (the job's world size).
@@ -89,7 +104,7 @@ export class LogViewer {
     }
     if (line.rank === this.rank) {
       this.pane.append(h("div", { class: "log-line" }, line.line));
-      this.empty.hidden = true;
+      this.showEmpty();
       if (this.follow) this.scrollToEnd();
     }
   }
@@ -102,7 +117,7 @@ export class LogViewer {
     const lines = this.lines.get(rank) || [];
     this.pane.dataset.rank = String(rank);
     this.pane.replaceChildren(...lines.map((text) => h("div", { class: "log-line" }, text)));
-    this.empty.hidden = lines.length > 0;
+    this.showEmpty();
     this.follow = true;
     this.followBox.checked = true;
     this.scrollToEnd();

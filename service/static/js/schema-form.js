@@ -1,7 +1,7 @@
 // Form fields from a recipe's config JSON Schema (pydantic's): numbers, strings, booleans,
 // enums and their nullable variants; anything else is edited as JSON.
 
-import { h } from "./dom.js";
+import { h, withCode } from "./dom.js";
 
 // {type, nullable, enum} of a property, with `anyOf: [X, {type: "null"}]` unwrapped.
 export function fieldKind(schema, root) {
@@ -61,7 +61,7 @@ export function schemaField(name, schema, root, path) {
     { class: "field", dataset: { field: path } },
     h("label", { for: id }, label, h("code", { class: "field-key" }, name)),
     input,
-    h("p", { class: "help", id: `${id}-help` }, help),
+    h("p", { class: "help", id: `${id}-help` }, withCode(help)),
     error,
   );
 

@@ -6,7 +6,6 @@ metrics, logs, checkpoints) they write with `service.store`, as the worker does.
 
 import hashlib
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -106,11 +105,27 @@ def live_api(tmp_path: Path, redis_url: str) -> Iterator[LiveApi]:
         assert not thread.is_alive(), "the API thread did not stop"
 
 
-def later(seconds: float, action: Callable[[], object]) -> threading.Thread:
-    """Run `action()` in a thread after a pause: a worker acting while a client follows."""
+class StreamOpened(httpx.HTTPTransport):
+    """The real transport, which also says once a job's event stream has answered: the moment
+    a client is following the job."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened = threading.Event()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if request.url.path.endswith("/events") and response.status_code == 200:
+            self.opened.set()
+        return response
+
+
+def once(event: threading.Event, action: Callable[[], object]) -> threading.Thread:
+    """Run `action()` in a thread once `event` is set: a worker acting while a client follows.
+    If the event never comes, the action runs anyway after a minute so the follower ends."""
 
     def run() -> None:
-        time.sleep(seconds)
+        event.wait(60)
         action()
 
     thread = threading.Thread(target=run, daemon=True)

@@ -11,7 +11,7 @@ from client.cli import CliState, app
 from client.sdk import Client
 from jobs.states import ExitReason, JobState
 from service import store
-from tests.integration.client.conftest import ADMIN_TOKEN, LiveApi, later
+from tests.integration.client.conftest import ADMIN_TOKEN, LiveApi, StreamOpened, once
 from tests.support.procs import free_port
 
 SPEC = {"name": "it-cli", "recipe": "synthetic"}
@@ -23,13 +23,16 @@ def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def launchbay(url: str, *args: str, token: str | None = ADMIN_TOKEN) -> Result:
-    return CliRunner().invoke(app, list(args), obj=CliState(api_url=url, token=token))
+def launchbay(
+    url: str, *args: str, token: str | None = ADMIN_TOKEN, transport: StreamOpened | None = None
+) -> Result:
+    state = CliState(api_url=url, token=token, transport=transport)
+    return CliRunner().invoke(app, list(args), obj=state)
 
 
 def submitted(live_api: LiveApi) -> str:
     with live_api.client() as lb:
-        return str(lb.submit(SPEC)["id"])
+        return lb.submit_job(SPEC).id
 
 
 def test_submit_list_status_cancel(live_api: LiveApi, tmp_path: Path) -> None:
@@ -65,8 +68,9 @@ def test_watch_follows_a_running_job_to_success(live_api: LiveApi) -> None:
             )
         live_api.finish(job_id, JobState.SUCCEEDED, exit_code=0, exit_reason=ExitReason.COMPLETED)
 
-    finishing = later(0.5, worker)
-    result = launchbay(live_api.url, "watch", job_id)
+    transport = StreamOpened()
+    finishing = once(transport.opened, worker)
+    result = launchbay(live_api.url, "watch", job_id, transport=transport)
     finishing.join()
     assert result.exit_code == 0, result.output
     assert "[rank 1] training" in result.stdout

@@ -72,3 +72,31 @@ def test_post_lua_body_is_the_json_spec() -> None:
     lua = post_lua({"name": 'a "quoted" name'})
     assert 'wrk.method = "POST"' in lua
     assert r'wrk.body = "{\"name\": \"a \\\"quoted\\\" name\"}"' in lua
+
+
+def test_each_round_rotates_the_order_of_the_ways() -> None:
+    from bench.p1_p2_training import rotated
+
+    ways = ["bare", "launchbay", "ray"]
+    orders = [rotated(ways, i) for i in range(4)]
+    assert orders[0] == ways
+    assert orders[1] == ["launchbay", "ray", "bare"]
+    assert orders[2] == ["ray", "bare", "launchbay"]
+    assert orders[3] == ways
+    assert rotated(["bare", "launchbay"], 1) == ["launchbay", "bare"]
+
+
+def test_the_spread_gives_the_range_and_the_quartiles() -> None:
+    from bench.p1_p2_training import spread
+
+    assert spread([1.0, 0.9]) == "0.900–1.000"
+    assert spread([0.9, 1.0, 1.1, 1.2, 1.3]).startswith("0.900–1.300, quartiles ")
+
+
+def test_without_ray_the_peer_rows_say_not_run() -> None:
+    from bench.p1_p2_training import NOT_RUN, peer_row
+
+    row = peer_row("P1-ray", "Ray ÷ bare", None, [1.0])
+    assert row.measured == NOT_RUN
+    assert row.measured.startswith("not run")
+    assert row.met is None

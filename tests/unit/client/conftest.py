@@ -45,6 +45,11 @@ class FakeApi:
         self._answers[(method, path)].extend(answers)
         return self
 
+    def replace(self, method: str, path: str, *answers: Answer) -> "FakeApi":
+        """Forget the route's answers so far; answer with these from now on."""
+        self._answers[(method, path)] = list(answers)
+        return self
+
     def sent(self, method: str, path: str) -> list[httpx.Request]:
         return [r for r in self.requests if r.method == method and r.url.path == path]
 
@@ -84,7 +89,59 @@ def job(job_id: str = "j1", state: str = "running", **fields: Any) -> dict[str, 
         "progress": {"step": 10, "epoch": 0, "total_steps": 100},
         "latest_metrics": {"loss": 0.5},
         "created_at": "2024-01-01T00:00:00Z",
+        "started_at": None,
+        "finished_at": None,
+        "exit_code": None,
         "exit_reason": None,
         "message": None,
+        "worker": None,
+        **fields,
+    }
+
+
+def metric_point(seq: int, name: str, value: float, step: int | None = None) -> dict[str, Any]:
+    step = seq if step is None else step
+    return {
+        "seq": seq,
+        "step": step,
+        "epoch": 0,
+        "name": name,
+        "value": value,
+        "ts": 1.0,
+        "attempt": 1,
+    }
+
+
+def log_line(seq: int, line: str, rank: int = 0, node: int = 0) -> dict[str, Any]:
+    return {"seq": seq, "rank": rank, "node": node, "ts": 1.0, "line": line}
+
+
+def checkpoint(ckpt_id: str, step: int, **fields: Any) -> dict[str, Any]:
+    return {
+        "id": ckpt_id,
+        "job_id": "j1",
+        "attempt": 1,
+        "step": step,
+        "epoch": 0,
+        "metrics": {},
+        "size": 2048,
+        "sha256": "ab" * 32,
+        "path": f"checkpoints/j1/step-{step}.pt",
+        "created_at": "2024-01-01T00:00:00Z",
+        **fields,
+    }
+
+
+def worker_record(name: str = "w1", **fields: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "host": "box",
+        "pid": 7,
+        "queues": ["default", "gpu8"],
+        "devices": ["cpu:0", "cpu:1"],
+        "state": "idle",
+        "started_at": "2024-01-01T00:00:00Z",
+        "last_heartbeat": "2024-01-01T00:00:00Z",
+        "current_job": None,
         **fields,
     }

@@ -15,7 +15,7 @@ from typer.testing import CliRunner, Result
 
 from client.cli import CliState, app
 from client.sdk import Client
-from tests.unit.client.conftest import API_URL, FakeApi, error_body, job, reply
+from tests.unit.client.conftest import API_URL, FakeApi, error_body, job, reply, worker_record
 from tests.unit.client.test_client_download import URL as DOWNLOAD_URL
 from tests.unit.client.test_client_download import FileServer
 from tests.unit.client.test_client_sse import EVENTS, sse
@@ -59,6 +59,7 @@ def test_api_error_prints_code_and_message(api: FakeApi) -> None:
 
 def test_the_token_option_is_sent(api: FakeApi) -> None:
     api.on("GET", "/v1/jobs/j1", reply(200, job()))
+    api.on("GET", "/v1/jobs/j1/checkpoints", reply(200, {"items": []}))
     assert launchbay(api, "status", "j1", token="s3cret").exit_code == 0
     assert api.requests[0].headers["Authorization"] == "Bearer s3cret"
 
@@ -173,7 +174,7 @@ def test_watch_polls_when_the_stream_fails(api: FakeApi) -> None:
         reply(200, job(state="succeeded", exit_reason="completed")),
     )
     api.on("GET", EVENTS, error_body(503, "unavailable", "stream down"))
-    lines = {"items": [{"seq": 9, "rank": 0, "ts": 1.0, "line": "hi"}], "next_after": 9}
+    lines = {"items": [{"seq": 9, "rank": 0, "node": 0, "ts": 1.0, "line": "hi"}], "next_after": 9}
     api.on("GET", "/v1/jobs/j1/logs", reply(200, lines), reply(200, {"items": [], "next_after": 9}))
     result = launchbay(api, "watch", "j1")
     assert result.exit_code == 0, result.output
@@ -207,7 +208,7 @@ def test_list_table_shows_the_columns(api: FakeApi) -> None:
 
 def test_logs_follow_prints_until_the_job_ends(api: FakeApi) -> None:
     def page(*seqs: int) -> Any:
-        items = [{"seq": s, "rank": s % 2, "ts": 0.0, "line": f"line {s}"} for s in seqs]
+        items = [{"seq": s, "rank": s % 2, "node": 0, "ts": 0.0, "line": f"line {s}"} for s in seqs]
         return reply(200, {"items": items, "next_after": seqs[-1] if seqs else 0})
 
     running, failed = reply(200, job(state="running")), reply(200, job(state="failed"))
@@ -221,7 +222,7 @@ def test_logs_follow_prints_until_the_job_ends(api: FakeApi) -> None:
 
 
 def test_logs_json_for_one_rank(api: FakeApi) -> None:
-    item = {"seq": 1, "rank": 1, "ts": 0.0, "line": "x"}
+    item = {"seq": 1, "rank": 1, "node": 0, "ts": 0.0, "line": "x"}
     api.on("GET", "/v1/jobs/j1", reply(200, job(state="succeeded")))
     api.on("GET", "/v1/jobs/j1/logs", reply(200, {"items": [item], "next_after": 1}))
     result = launchbay(api, "logs", "j1", "--rank", "1", "--json")
@@ -251,7 +252,12 @@ def test_nodes_lists_each_node_of_each_attempt(api: FakeApi) -> None:
         "host": "gpu-a",
         "endpoint": "gpu-a:29400",
         "state": "succeeded",
+        "joined_at": "2024-01-01T00:00:00Z",
+        "last_heartbeat": "2024-01-01T00:00:01Z",
+        "finished_at": None,
+        "exit_code": 0,
         "exit_reason": "completed",
+        "message": None,
     }
     api.on("GET", "/v1/jobs/j1/nodes", reply(200, {"items": [node]}))
     result = launchbay(api, "nodes", "j1")
@@ -263,8 +269,16 @@ def test_nodes_lists_each_node_of_each_attempt(api: FakeApi) -> None:
 
 def test_metrics_csv(api: FakeApi) -> None:
     points = [
-        {"seq": 1, "step": 1, "epoch": 0, "name": "loss", "value": 0.5, "ts": 1.0},
-        {"seq": 2, "step": 1, "epoch": 0, "name": "accuracy", "value": 0.8, "ts": 1.0},
+        {"seq": 1, "step": 1, "epoch": 0, "name": "loss", "value": 0.5, "ts": 1.0, "attempt": 1},
+        {
+            "seq": 2,
+            "step": 1,
+            "epoch": 0,
+            "name": "accuracy",
+            "value": 0.8,
+            "ts": 1.0,
+            "attempt": 1,
+        },
     ]
     api.on("GET", "/v1/jobs/j1/metrics", reply(200, {"items": points, "next_after": 2}))
     result = launchbay(api, "metrics", "j1", "--format", "csv")
@@ -275,8 +289,16 @@ def test_metrics_csv(api: FakeApi) -> None:
 
 def test_metrics_table_has_a_column_per_metric(api: FakeApi) -> None:
     points = [
-        {"seq": 1, "step": 7, "epoch": 0, "name": "loss", "value": 0.5, "ts": 1.0},
-        {"seq": 2, "step": 7, "epoch": 0, "name": "accuracy", "value": 0.8, "ts": 1.0},
+        {"seq": 1, "step": 7, "epoch": 0, "name": "loss", "value": 0.5, "ts": 1.0, "attempt": 1},
+        {
+            "seq": 2,
+            "step": 7,
+            "epoch": 0,
+            "name": "accuracy",
+            "value": 0.8,
+            "ts": 1.0,
+            "attempt": 1,
+        },
     ]
     api.on("GET", "/v1/jobs/j1/metrics", reply(200, {"items": points, "next_after": 2}))
     table = launchbay(api, "metrics", "j1").stdout
@@ -317,7 +339,7 @@ def test_forbidden_mentions_the_admin_role(api: FakeApi) -> None:
 def test_recipes_and_workers_tables(api: FakeApi) -> None:
     recipe = {"name": "synthetic", "description": "fast regression", "config_schema": {}}
     api.on("GET", "/v1/recipes", reply(200, {"items": [recipe]}))
-    api.on("GET", "/v1/workers", reply(200, {"items": [{"name": "w1", "queues": ["default"]}]}))
+    api.on("GET", "/v1/workers", reply(200, {"items": [worker_record()]}))
     assert "fast regression" in launchbay(api, "recipes").stdout
     assert "w1" in launchbay(api, "workers").stdout
 

@@ -45,7 +45,9 @@ def test_resumes_with_range_after_a_mid_file_disconnect(
 ) -> None:
     api.on("GET", URL, FileServer(cut_at=300_000))
     seen: list[tuple[int, int | None]] = []
-    target = lb.download("j1", "latest", tmp_path / "model.pt", progress=lambda *a: seen.append(a))
+    target = lb.download_checkpoint(
+        "j1", "latest", tmp_path / "model.pt", progress=lambda *a: seen.append(a)
+    )
     assert target == tmp_path / "model.pt"
     assert target.read_bytes() == BLOB
     assert not (tmp_path / "model.pt.part").exists()
@@ -61,7 +63,7 @@ def test_resumes_a_part_file_left_by_an_earlier_call(
 ) -> None:
     (tmp_path / "model.pt.part").write_bytes(BLOB[:1000])
     api.on("GET", URL, FileServer())
-    lb.download("j1", "latest", tmp_path / "model.pt")
+    lb.download_checkpoint("j1", "latest", tmp_path / "model.pt")
     assert (tmp_path / "model.pt").read_bytes() == BLOB
     assert api.requests[0].headers["Range"] == "bytes=1000-"
 
@@ -71,7 +73,7 @@ def test_starts_over_when_the_server_sends_the_whole_file(
 ) -> None:
     (tmp_path / "model.pt.part").write_bytes(b"stale bytes of another checkpoint")
     api.on("GET", URL, lambda request: httpx.Response(200, headers={"ETag": ETAG}, content=BLOB))
-    lb.download("j1", "latest", tmp_path / "model.pt")
+    lb.download_checkpoint("j1", "latest", tmp_path / "model.pt")
     assert (tmp_path / "model.pt").read_bytes() == BLOB
 
 
@@ -80,7 +82,7 @@ def test_starts_over_when_the_part_is_longer_than_the_file(
 ) -> None:
     (tmp_path / "model.pt.part").write_bytes(BLOB + b"extra")
     api.on("GET", URL, FileServer())
-    lb.download("j1", "latest", tmp_path / "model.pt")
+    lb.download_checkpoint("j1", "latest", tmp_path / "model.pt")
     assert (tmp_path / "model.pt").read_bytes() == BLOB
     assert [r.headers.get("Range") for r in api.requests] == [f"bytes={len(BLOB) + 5}-", None]
 
@@ -90,7 +92,7 @@ def test_checksum_mismatch_raises_and_keeps_nothing(
 ) -> None:
     api.on("GET", URL, FileServer(etag='"' + "0" * 64 + '"', cut_at=5000))
     with pytest.raises(ChecksumMismatch) as caught:
-        lb.download("j1", "latest", tmp_path / "model.pt")
+        lb.download_checkpoint("j1", "latest", tmp_path / "model.pt")
     assert caught.value.expected == "0" * 64
     assert caught.value.actual == hashlib.sha256(BLOB).hexdigest()
     assert list(tmp_path.iterdir()) == []
@@ -98,33 +100,51 @@ def test_checksum_mismatch_raises_and_keeps_nothing(
 
 def test_unquoted_etag_is_accepted(api: FakeApi, lb: Client, tmp_path: Path) -> None:
     api.on("GET", URL, FileServer(etag=ETAG.strip('"')))
-    assert lb.download("j1", "latest", tmp_path / "m.pt").read_bytes() == BLOB
+    assert lb.download_checkpoint("j1", "latest", tmp_path / "m.pt").read_bytes() == BLOB
 
 
 def test_missing_folders_are_made(api: FakeApi, lb: Client, tmp_path: Path) -> None:
     api.on("GET", URL, FileServer())
-    assert lb.download("j1", "latest", tmp_path / "a" / "b" / "m.pt").read_bytes() == BLOB
+    assert (
+        lb.download_checkpoint("j1", "latest", tmp_path / "a" / "b" / "m.pt").read_bytes() == BLOB
+    )
 
 
 def test_default_name_goes_into_a_directory(api: FakeApi, lb: Client, tmp_path: Path) -> None:
     api.on("GET", "/v1/jobs/j1/checkpoints/best/download", FileServer())
-    assert lb.download("j1", "best", tmp_path) == tmp_path / "j1-best.pt"
+    assert lb.download_checkpoint("j1", "best", tmp_path) == tmp_path / "j1-best.pt"
 
 
 def test_gives_up_after_repeated_disconnects_keeping_the_part(
     api: FakeApi, lb: Client, tmp_path: Path
 ) -> None:
-    def always_broken(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"ETag": ETAG}, stream=BrokenStream(b""))
+    first = FileServer(cut_at=1000)
 
-    api.on("GET", URL, always_broken)
+    def breaks_at_once(request: httpx.Request) -> httpx.Response:
+        start = int(request.headers["Range"].removeprefix("bytes=").rstrip("-"))
+        headers = {"ETag": ETAG, "Content-Range": f"bytes {start}-{len(BLOB) - 1}/{len(BLOB)}"}
+        return httpx.Response(206, headers=headers, stream=BrokenStream(b""))
+
+    api.on("GET", URL, first, breaks_at_once)
+    target = tmp_path / "m.pt"
     with pytest.raises(Exception, match="cannot reach Launchbay"):
-        lb.download("j1", "latest", tmp_path / "m.pt")
+        lb.download_checkpoint("j1", "latest", target)
     assert len(api.requests) == lb.retries + 1
+    assert [r.headers.get("Range") for r in api.requests[1:]] == ["bytes=1000-"] * lb.retries
+    part = tmp_path / "m.pt.part"
+    assert part.read_bytes() == BLOB[:1000]  # what arrived is kept, nothing else
+    assert not target.exists()
+
+    # The next call goes on from the part.
+    api.requests.clear()
+    api.replace("GET", URL, FileServer())
+    assert lb.download_checkpoint("j1", "latest", target).read_bytes() == BLOB
+    assert [r.headers.get("Range") for r in api.requests] == ["bytes=1000-"]
+    assert not part.exists()
 
 
 def test_missing_checkpoint_is_not_found(api: FakeApi, lb: Client, tmp_path: Path) -> None:
     api.on("GET", URL, error_body(404, "not_found", "job j1 has no checkpoints"))
     with pytest.raises(NotFound, match="no checkpoints"):
-        lb.download("j1", "latest", tmp_path / "m.pt")
+        lb.download_checkpoint("j1", "latest", tmp_path / "m.pt")
     assert list(tmp_path.iterdir()) == []

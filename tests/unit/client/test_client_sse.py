@@ -1,4 +1,4 @@
-"""The SSE parser, and `Client.events` reconnecting with Last-Event-ID."""
+"""The SSE parser, and `Client.stream_events` reconnecting with Last-Event-ID."""
 
 import json
 from typing import Any
@@ -7,7 +7,8 @@ import httpx
 import pytest
 
 from client import Client, ConnectionFailed
-from client.sse import Event, SSEParser
+from client.models import Event
+from client.sse import SSEParser
 from tests.unit.client.conftest import BrokenStream, FakeApi, job, reply
 
 EVENTS = "/v1/jobs/j1/events"
@@ -40,22 +41,25 @@ def test_parser_reads_fields_comments_and_multiline_data() -> None:
     )
     parser = SSEParser()
     events = list(parser.parse(text.splitlines()))
-    assert events == [Event("7", "log", {"line": "x"}), Event("7", "message", "plain text")]
+    assert events == [
+        Event(id="7", event="log", data={"line": "x"}),
+        Event(id="7", event="message", data="plain text"),
+    ]
     assert parser.retry_ms == 2500
     # The event with id 9 had no data, but its id counts; the cut-off event 10 does not.
     assert parser.last_event_id == "9"
 
 
 def test_terminal_state_event() -> None:
-    assert Event("1", "state", {"state": "cancelled"}).is_terminal
-    assert not Event("1", "state", {"state": "cancelling"}).is_terminal
-    assert not Event("1", "log", {"state": "failed"}).is_terminal
+    assert Event(id="1", event="state", data={"state": "cancelled"}).is_terminal
+    assert not Event(id="1", event="state", data={"state": "cancelling"}).is_terminal
+    assert not Event(id="1", event="log", data={"state": "failed"}).is_terminal
 
 
 def test_events_end_after_the_terminal_state(api: FakeApi, lb: Client) -> None:
     body = sse(*STREAM) + sse((7, "log", {"rank": 0, "line": "never read"}))
     api.on("GET", EVENTS, reply(200, content=body, headers={"Content-Type": "text/event-stream"}))
-    events = list(lb.events("j1"))
+    events = list(lb.stream_events("j1"))
     assert [e.id for e in events] == ["1", "2", "3", "4", "5", "6"]
     assert events[-1].data == {"state": "succeeded", "exit_reason": "completed"}
     assert events[2].data["value"] == 0.9
@@ -79,7 +83,7 @@ def test_reconnect_resends_last_event_id_with_no_gap_and_no_repeat(
         lambda request: httpx.Response(200, stream=BrokenStream(first)),
         resume,
     )
-    events = list(lb.events("j1"))
+    events = list(lb.stream_events("j1"))
     assert [e.id for e in events] == ["1", "2", "3", "4", "5", "6"]
     assert [r.headers.get("Last-Event-ID") for r in api.requests] == [None, "3"]
 
@@ -92,19 +96,19 @@ def test_replayed_events_are_not_yielded_twice(api: FakeApi, lb: Client) -> None
         lambda request: httpx.Response(200, stream=BrokenStream(sse(*STREAM[:2]))),
         reply(200, content=sse(*STREAM)),
     )
-    assert [e.id for e in lb.events("j1")] == ["1", "2", "3", "4", "5", "6"]
+    assert [e.id for e in lb.stream_events("j1")] == ["1", "2", "3", "4", "5", "6"]
 
 
 def test_starts_after_the_given_last_event_id(api: FakeApi, lb: Client) -> None:
     api.on("GET", EVENTS, reply(200, content=sse(*STREAM[4:])))
-    assert [e.id for e in lb.events("j1", last_event_id="4")] == ["5", "6"]
+    assert [e.id for e in lb.stream_events("j1", last_event_id="4")] == ["5", "6"]
     assert api.requests[0].headers["Last-Event-ID"] == "4"
 
 
 def test_stream_closed_after_the_end_asks_the_job_and_stops(api: FakeApi, lb: Client) -> None:
     api.on("GET", EVENTS, reply(200, content=b": ping\n\n"))
     api.on("GET", "/v1/jobs/j1", reply(200, job(state="cancelled")))
-    assert list(lb.events("j1", last_event_id="6")) == []
+    assert list(lb.stream_events("j1", last_event_id="6")) == []
     assert len(api.sent("GET", EVENTS)) == 1
 
 
@@ -116,12 +120,12 @@ def test_stream_closed_early_is_reopened(
         "GET", EVENTS, reply(200, content=sse(*STREAM[:2])), reply(200, content=sse(*STREAM[2:]))
     )
     api.on("GET", "/v1/jobs/j1", reply(200, job(state="running")))
-    assert [e.id for e in lb.events("j1")] == ["1", "2", "3", "4", "5", "6"]
+    assert [e.id for e in lb.stream_events("j1")] == ["1", "2", "3", "4", "5", "6"]
     assert [r.headers.get("Last-Event-ID") for r in api.sent("GET", EVENTS)] == [None, "2"]
 
 
 def test_gives_up_when_reconnects_bring_nothing(api: FakeApi, lb: Client) -> None:
     api.on("GET", EVENTS, lambda request: httpx.Response(200, stream=BrokenStream(b"")))
     with pytest.raises(ConnectionFailed):
-        list(lb.events("j1"))
+        list(lb.stream_events("j1"))
     assert len(api.requests) == lb.retries + 1

@@ -5,7 +5,7 @@ import io
 from rich.console import Console
 
 from client import Client
-from client.sse import Event
+from client.models import Event
 from client.watch import JobView, follow_job
 from tests.unit.client.conftest import FakeApi, job, reply
 from tests.unit.client.test_client_sse import EVENTS, sse
@@ -23,7 +23,7 @@ def test_live_display_on_a_terminal(api: FakeApi, lb: Client) -> None:
     api.on("GET", EVENTS, reply(200, content=stream))
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=100, color_system=None)
-    assert follow_job(lb, "j1", console)["state"] == "succeeded"
+    assert follow_job(lb, "j1", console).state == "succeeded"
     shown = out.getvalue()
     for text in ("job j1", "succeeded", "[rank 0] [not markup] epoch 1", "loss 0.5"):
         assert text in shown
@@ -31,7 +31,9 @@ def test_live_display_on_a_terminal(api: FakeApi, lb: Client) -> None:
 
 def test_progress_counts_steps_when_total_steps_is_known() -> None:
     view = JobView(job(progress={"step": 0, "epoch": 0, "total_steps": 200}))
-    view.apply(Event("5", "metric", {"step": 50, "epoch": 0, "name": "loss", "value": 0.1}))
+    view.apply(
+        Event(id="5", event="metric", data={"step": 50, "epoch": 0, "name": "loss", "value": 0.1})
+    )
     (task,) = view.progress.tasks
     assert (task.description, task.completed, task.total) == ("step", 50, 200)
     assert view.job["latest_metrics"]["loss"] == 0.1

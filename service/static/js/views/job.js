@@ -77,6 +77,7 @@ export async function renderJob(ctx) {
     badge.replaceChildren(stateBadge(job.state));
     cancel.hidden = TERMINAL.has(job.state) || job.state === "cancelling";
     summary.replaceChildren(...summaryItems(job));
+    logs.setEnded(TERMINAL.has(job.state));
   };
   const refreshNodes = async () => {
     if (multiNode) nodeBox.replaceChildren(nodeTable((await api.listNodes(id, ctx.signal)).items));
@@ -166,7 +167,7 @@ function summaryItems(job) {
   const finished = parseTime(job.finished_at);
   const duration = started ? ((finished ?? Date.now()) - started) / 1000 : null;
   const items = [
-    ["ID", h("span", { class: "mono" }, job.id)],
+    ["ID", h("span", { class: "mono job-id" }, job.id)],
     ["Attempt", String(job.attempt)],
     ["Worker", job.worker || "—"],
     ["Created", formatTime(job.created_at)],

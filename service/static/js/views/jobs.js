@@ -1,14 +1,15 @@
-// Jobs at a glance: a table refreshed every few seconds, filtered by state.
+// Jobs at a glance: a table refreshed every few seconds, filtered by state, name, tag and
+// (for an admin) owner; pick jobs to compare their runs.
 
 import { api } from "../api.js";
 import {
   STATES,
   TERMINAL,
+  ageElement,
   describeError,
   errorPanel,
-  formatAge,
+  firstLine,
   formatNumber,
-  formatTime,
   h,
   latestLoss,
   showBanner,
@@ -17,27 +18,70 @@ import {
 
 const REFRESH_MS = 2000;
 const PAGE_SIZE = 100;
-const COLUMNS = ["Name", "State", "Progress", "Loss", "Attempt", "Age", "Worker", ""];
+const COLUMNS = ["", "Name", "State", "Progress", "Loss", "Attempt", "Age", "Worker", ""];
+const FILTERS = ["state", "name", "tag", "owner"];
 
 export async function renderJobs(ctx) {
-  const state = ctx.route.query.get("state") || "";
+  const query = Object.fromEntries(FILTERS.map((key) => [key, ctx.route.query.get(key) || ""]));
+  const { state } = query;
+  const go = (changes) => {
+    const next = new URLSearchParams();
+    for (const key of FILTERS) {
+      const value = key in changes ? changes[key] : query[key];
+      if (value) next.set(key, value);
+    }
+    const search = next.toString();
+    location.hash = search ? `#/jobs?${search}` : "#/jobs";
+  };
   const filter = h(
     "select",
-    {
-      id: "state-filter",
-      onchange: (event) => {
-        const value = event.target.value;
-        location.hash = value ? `#/jobs?state=${encodeURIComponent(value)}` : "#/jobs";
-      },
-    },
+    { id: "state-filter", onchange: (event) => go({ state: event.target.value }) },
     h("option", { value: "" }, "all states"),
     STATES.map((s) => h("option", { value: s, selected: s === state }, s)),
   );
+  const textFilter = (key, label, placeholder) =>
+    h(
+      "label",
+      { class: "filter" },
+      `${label} `,
+      h("input", {
+        type: "search",
+        id: `${key}-filter`,
+        value: query[key],
+        placeholder,
+        size: 12,
+        onchange: (event) => go({ [key]: event.target.value.trim() }),
+      }),
+    );
+  const ownerFilter = textFilter("owner", "Owner", "anyone");
+  ownerFilter.hidden = true;
+  api.isAdmin(ctx.signal).then((admin) => { ownerFilter.hidden = !admin; }).catch(() => {});
   const count = h("span", { class: "muted", id: "jobs-count" });
   const problem = h("div", { class: "inline-error", role: "status" });
   const tbody = h("tbody", { id: "jobs-body" });
-  const empty = h("p", { class: "empty", hidden: true }, state ? `No ${state} jobs.` : "No jobs yet. ");
-  if (!state) empty.append(h("a", { href: "#/submit" }, "Submit one."));
+  const filtered = FILTERS.some((key) => query[key]);
+  const empty = h("p", { class: "empty", hidden: true }, filtered ? "No job matches these filters." : "No jobs yet. ");
+  if (!filtered) empty.append(h("a", { href: "#/submit" }, "Submit one."));
+  const selected = new Set();
+  const compare = h("a", { class: "button", id: "compare-selected", "aria-disabled": "true" }, "Compare selected");
+  const compareAll = h("a", { class: "button", id: "compare-all", hidden: !(query.name || query.tag) }, "Compare these runs");
+  if (query.name || query.tag) {
+    const params = new URLSearchParams();
+    if (query.name) params.set("name", query.name);
+    if (query.tag) params.set("tag", query.tag);
+    compareAll.href = `#/compare?${params}`;
+  }
+  const updateCompare = () => {
+    const ids = [...selected];
+    compare.textContent = ids.length ? `Compare selected (${ids.length})` : "Compare selected";
+    if (ids.length >= 2) {
+      compare.href = `#/compare?ids=${ids.map(encodeURIComponent).join(",")}`;
+      compare.removeAttribute("aria-disabled");
+    } else {
+      compare.removeAttribute("href");
+      compare.setAttribute("aria-disabled", "true");
+    }
+  };
 
   ctx.root.append(
     h(
@@ -47,9 +91,19 @@ export async function renderJobs(ctx) {
         "div",
         { class: "toolbar" },
         h("h1", {}, "Jobs"),
-        h("label", { class: "filter" }, "State ", filter),
         count,
+        h("span", { class: "spacer" }),
+        compare,
+        compareAll,
         h("a", { class: "button primary", href: "#/submit" }, "Submit a job"),
+      ),
+      h(
+        "div",
+        { class: "toolbar filters" },
+        h("label", { class: "filter" }, "State ", filter),
+        textFilter("name", "Name", "any name"),
+        textFilter("tag", "Tag", "key=value"),
+        ownerFilter,
       ),
       problem,
       h(
@@ -64,7 +118,7 @@ export async function renderJobs(ctx) {
 
   const rows = new Map();
   const refresh = async () => {
-    const page = await api.listJobs({ state, limit: PAGE_SIZE }, ctx.signal);
+    const page = await api.listJobs({ ...query, limit: PAGE_SIZE }, ctx.signal);
     problem.replaceChildren();
     const now = Date.now();
     const seen = new Set();
@@ -72,7 +126,11 @@ export async function renderJobs(ctx) {
       seen.add(job.id);
       let row = rows.get(job.id);
       if (!row) {
-        row = newRow(job.id, () => refresh().catch(showProblem));
+        row = newRow(job.id, () => refresh().catch(showProblem), (on) => {
+          if (on) selected.add(job.id);
+          else selected.delete(job.id);
+          updateCompare();
+        });
         rows.set(job.id, row);
       }
       updateRow(row, job, now);
@@ -82,8 +140,10 @@ export async function renderJobs(ctx) {
       if (!seen.has(id)) {
         row.tr.remove();
         rows.delete(id);
+        selected.delete(id);
       }
     }
+    updateCompare();
     empty.hidden = page.items.length > 0;
     count.textContent =
       page.total > page.items.length
@@ -103,9 +163,16 @@ export async function renderJobs(ctx) {
   ctx.onCleanup(() => clearInterval(timer));
 }
 
-function newRow(id, afterCancel) {
+function newRow(id, afterCancel, onSelect) {
   const cell = (label) => h("td", { dataset: { label } });
+  const pick = h("input", {
+    type: "checkbox",
+    class: "pick",
+    "aria-label": "compare this job",
+    onchange: (event) => onSelect(event.target.checked),
+  });
   const cells = {
+    pick: h("td", { class: "pick-cell" }, pick),
     name: cell("Name"),
     state: cell("State"),
     progress: cell("Progress"),
@@ -116,24 +183,38 @@ function newRow(id, afterCancel) {
     actions: h("td", { class: "actions" }),
   };
   const link = h("a", { href: `#/jobs/${encodeURIComponent(id)}` });
-  cells.name.append(link, h("div", { class: "muted small mono" }, id.slice(0, 12)));
+  cells.name.append(link, h("div", { class: "muted small mono job-id" }, id.slice(0, 12)));
+  const outcome = h("div", { class: "outcome small" });
+  const badge = h("span");
+  cells.state.append(badge, outcome);
   const cancel = cancelButton(id, afterCancel);
   cells.actions.append(cancel);
   const tr = h("tr", { dataset: { jobId: id } }, Object.values(cells));
-  return { tr, cells, link, cancel };
+  return { tr, cells, link, cancel, badge, outcome };
 }
 
 function updateRow(row, job, now) {
   row.tr.dataset.state = job.state;
   row.link.textContent = job.name;
-  setOnce(row.cells.state, job.state, () => stateBadge(job.state));
+  setOnce(row.badge, job.state, () => stateBadge(job.state));
+  // Why it ended: the exit reason and the first line of the message (all of it on hover).
+  const message = firstLine(job.message);
+  const outcomeKey = `${job.exit_reason}|${job.message}`;
+  setOnce(row.outcome, outcomeKey, () =>
+    h(
+      "span",
+      { title: job.message || "" },
+      job.exit_reason && job.exit_reason !== "completed" ? h("span", { class: "exit-reason" }, job.exit_reason) : null,
+      message ? h("span", { class: "message-line" }, message) : null,
+    ),
+  );
+  row.outcome.hidden = !((job.exit_reason && job.exit_reason !== "completed") || message);
   const { step, total_steps: total } = job.progress;
   const progressKey = `${step}/${total}`;
   setOnce(row.cells.progress, progressKey, () => progressCell(step, total));
   row.cells.loss.textContent = formatNumber(latestLoss(job.latest_metrics));
   row.cells.attempt.textContent = String(job.attempt);
-  row.cells.age.textContent = formatAge(job.created_at, now);
-  row.cells.age.title = formatTime(job.created_at);
+  row.cells.age.replaceChildren(ageElement(job.created_at, now));
   row.cells.worker.textContent = job.worker || "—";
   row.cancel.hidden = TERMINAL.has(job.state) || job.state === "cancelling";
 }

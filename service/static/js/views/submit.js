@@ -2,7 +2,7 @@
 // edit. The API validates; its errors are shown next to the fields they name.
 
 import { ApiError, api } from "../api.js";
-import { describeError, h, randomKey } from "../dom.js";
+import { describeError, h, randomKey, withCode } from "../dom.js";
 import { schemaField } from "../schema-form.js";
 import { dump, load } from "../../vendor/js-yaml/js-yaml.esm.min.js";
 
@@ -26,7 +26,7 @@ export async function renderSubmit(ctx) {
   const formView = h("form", { id: "form-mode", novalidate: true }, form.element, h("div", { class: "form-actions" }, submitButton(),
     h("button", { type: "button", onclick: () => toYaml() }, "Edit as YAML/JSON")));
   const yamlView = h("form", { id: "yaml-mode", novalidate: true },
-    h("p", { class: "muted small" }, "A job spec in YAML or JSON, as `launchbay submit FILE` takes it (see the README)."),
+    h("p", { class: "muted small" }, withCode("A job spec in YAML or JSON, as `launchbay submit FILE` takes it (see the README).")),
     text, yamlErrors, h("div", { class: "form-actions" }, submitButton()));
   const tabs = {
     form: h("button", { type: "button", role: "tab", class: "tab", dataset: { mode: "form" }, onclick: () => setMode("form") }, "Recipe form"),
@@ -117,12 +117,21 @@ class RecipeForm {
       plainField("device", "Device", h("select", {}, ["auto", "cpu", "cuda"].map((d) => h("option", { value: d }, d))), ""),
       plainField("queue", "Queue", h("input", { type: "text", placeholder: "default" }), "Workers listening on this queue run the job."),
     ];
+    const count = (min) => h("input", { type: "number", min, step: 1 });
+    this.checkpoint = [
+      plainField("checkpoint.every_epochs", "Every epochs", count(1), "Save after every N epochs (default 1)."),
+      plainField("checkpoint.every_steps", "Every steps", count(1), "Also save every N steps (default: off)."),
+      plainField("checkpoint.keep_last", "Keep last", count(1), "How many recent checkpoints to keep (default 3); the best is kept too."),
+      plainField("checkpoint.best_metric", "Best metric", h("input", { type: "text", placeholder: "e.g. loss", spellcheck: "false" }), "The reported metric that picks the best checkpoint."),
+      plainField("checkpoint.best_mode", "Best is", h("select", {}, h("option", { value: "" }, "(default: min)"), ["min", "max"].map((m) => h("option", { value: m }, m))), "Lowest or highest value of the best metric."),
+    ];
     this.description = h("p", { class: "muted recipe-description" });
     this.configBox = h("div", { class: "config-fields", id: "config-fields" });
     this.element = h("div", {},
       h("fieldset", {}, h("legend", {}, "Job"), h("div", { class: "general-fields" }, this.general.map((f) => f.element)), this.description),
-      h("fieldset", {}, h("legend", {}, "Config"), this.configBox));
-    this.byPath = new Map(this.general.map((f) => [f.path, f]));
+      h("fieldset", {}, h("legend", {}, "Config"), this.configBox),
+      h("fieldset", { id: "checkpoint-fields" }, h("legend", {}, "Checkpoints"), h("div", { class: "general-fields" }, this.checkpoint.map((f) => f.element))));
+    this.byPath = new Map([...this.general, ...this.checkpoint].map((f) => [f.path, f]));
     this.field("recipe").input.value = first;
     this.pickRecipe();
   }
@@ -135,7 +144,7 @@ class RecipeForm {
     const recipe = this.recipes.find((r) => r.name === this.field("recipe").input.value);
     for (const path of [...this.byPath.keys()]) if (path.startsWith("config.")) this.byPath.delete(path);
     this.configBox.replaceChildren();
-    this.description.textContent = recipe?.description || "";
+    this.description.replaceChildren(...withCode(recipe?.description || ""));
     this.schema = recipe?.config_schema || { properties: {} };
     for (const [name, prop] of Object.entries(this.schema.properties || {})) {
       const field = schemaField(name, prop, this.schema, `config.${name}`);
@@ -155,7 +164,7 @@ class RecipeForm {
       if (error) problems.push({ path: field.path, message: error });
       else if (value !== undefined) {
         const [head, key] = field.path.split(".");
-        if (key) spec[head][key] = value;
+        if (key) spec[head] = { ...spec[head], [key]: value };
         else spec[head] = value;
       }
     }
@@ -193,7 +202,7 @@ class RecipeForm {
 }
 
 function plainField(path, label, input, help) {
-  const id = `field-${path}`;
+  const id = `field-${path.replace(/\W/g, "-")}`;
   input.id = id;
   input.dataset.path = path;
   input.setAttribute("aria-describedby", `${id}-help ${id}-error`);

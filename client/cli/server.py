@@ -1,0 +1,125 @@
+"""The server commands: api, worker, reaper, db upgrade. They import the service and the
+worker only when run, so the client commands never load them, nor torch."""
+
+from typing import Annotated
+
+import typer
+
+from client.cli.base import EXIT_FAILED, app, db_app, err, out
+
+
+@app.command()
+def api(
+    host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port")] = 8000,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="Processes serving the port (default 1); more use more CPU cores.",
+        ),
+    ] = 1,
+) -> None:
+    """Run the HTTP service (applies database migrations first)."""
+    from service.app import run_api
+
+    run_api(host, port, workers)
+
+
+@app.command()
+def worker(
+    queue: Annotated[
+        list[str] | None, typer.Option("--queue", "-q", help="Queue to serve (repeatable).")
+    ] = None,
+    burst: Annotated[bool, typer.Option("--burst", help="Exit once the queues are empty.")] = False,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            "--gpus",
+            help="CUDA ids this worker owns, e.g. 0,1 (as CUDA_VISIBLE_DEVICES takes them); "
+            "default: every visible CUDA device.",
+        ),
+    ] = None,
+    slots: Annotated[
+        int | None,
+        typer.Option(
+            "--slots",
+            min=1,
+            help="CPU slots of a worker without GPUs (default: the cores it may use).",
+        ),
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Start nothing: exit 0 if a worker of this host (LAUNCHBAY_WORKER_HOST) "
+            "heart-beat in the last --max-age seconds, else 1 (a container healthcheck).",
+        ),
+    ] = False,
+    max_age: Annotated[
+        float | None,
+        typer.Option("--max-age", min=0.1, help="With --check (default: 3 heartbeat intervals)."),
+    ] = None,
+) -> None:
+    """Run a worker on the given queues (default: 'default').
+
+    Its jobs may have as many ranks as it has GPUs, or CPU slots without any; GPUs are not
+    shared with the other workers of its host (docs/deployment.md, "Placement and queues").
+    """
+    if check:
+        _check_worker(max_age)
+        return
+    from worker.devices import DevicesTaken, parse_gpu_ids
+
+    gpu_ids = None
+    if gpus is not None:
+        try:
+            gpu_ids = parse_gpu_ids(gpus)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--gpus") from None
+        if slots is not None:
+            raise typer.BadParameter("give --gpus or --slots, not both", param_hint="--slots")
+    from worker.main import run_worker
+
+    try:
+        run_worker(queues=queue or ["default"], burst=burst, gpus=gpu_ids, cpu_slots=slots)
+    except DevicesTaken as exc:
+        err().print(f"error: {exc}")
+        raise typer.Exit(EXIT_FAILED) from None
+
+
+def _check_worker(max_age: float | None) -> None:
+    from client.health import check_worker_heartbeat
+    from service.settings import get_settings
+
+    ok, message = check_worker_heartbeat(get_settings(), max_age)
+    if not ok:
+        err().print(f"unhealthy: {message}")
+        raise typer.Exit(EXIT_FAILED)
+    out().print(message)
+
+
+@app.command()
+def reaper(
+    interval: Annotated[
+        float | None,
+        typer.Option(
+            "--interval", min=0.1, help="Seconds between passes (LAUNCHBAY_REAPER_INTERVAL_S)."
+        ),
+    ] = None,
+    once: Annotated[bool, typer.Option("--once", help="Make one pass and exit.")] = False,
+) -> None:
+    """Fail or retry jobs whose worker was lost; enqueue again queued jobs Redis lost."""
+    from service.reaper import run_reaper
+
+    run_reaper(interval_s=interval, once=once)
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply the migrations to LAUNCHBAY_DATABASE_URL."""
+    from service.db import upgrade_database
+    from service.settings import get_settings
+
+    upgrade_database(get_settings().resolved_database_url)

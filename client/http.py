@@ -1,0 +1,175 @@
+"""What `Client` and `AsyncClient` share: settings, paths, paging and the download's rules.
+
+Everything here is pure (no I/O but reading a partial download), so the two clients differ
+only in how they wait for the network.
+"""
+
+import hashlib
+import os
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel
+
+from client.errors import ChecksumMismatch
+
+DEFAULT_API_URL = "http://127.0.0.1:8000"
+MAX_BACKOFF_S = 10.0
+CHUNK_BYTES = 1024 * 1024
+IDEMPOTENT_METHODS = ("GET", "HEAD", "DELETE")
+
+JSON = dict[str, Any]
+ProgressCallback = Callable[[int, int | None], None]
+"""Called as `(bytes_done, bytes_total)` while a download runs; the total may be unknown."""
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def resolve_api_url(api_url: str | None) -> str:
+    return (api_url or os.environ.get("LAUNCHBAY_API_URL") or DEFAULT_API_URL).rstrip("/")
+
+
+def default_headers(token: str | None) -> dict[str, str]:
+    token = token if token is not None else os.environ.get("LAUNCHBAY_TOKEN")
+    headers = {"Accept": "application/json", "User-Agent": "launchbay-client"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def backoff_delay(backoff_s: float, attempt: int, server_ms: int | None = None) -> float:
+    delay = server_ms / 1000 if server_ms is not None else backoff_s * 2**attempt
+    return min(max(delay, 0.0), MAX_BACKOFF_S)
+
+
+def job_path(job_id: str, *rest: str) -> str:
+    return "/".join(["/v1/jobs", *(quote(str(part), safe="") for part in (job_id, *rest))])
+
+
+def token_path(name: str) -> str:
+    return f"/v1/tokens/{quote(name, safe='')}"
+
+
+def params(**values: Any) -> JSON:
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def items(body: Any, model: type[M]) -> list[M]:
+    """The records of a `{"items": [...]}` answer (or a bare list), as `model`s."""
+    records = body.get("items") if isinstance(body, dict) else body
+    return [model.model_validate(record) for record in records or []]
+
+
+def next_page_after(page: Any, after: int, page_size: int) -> int | None:
+    """Where the next page starts, or None when `page` was the last one."""
+    next_after = page.next_after
+    if len(page.items) < page_size or next_after is None or next_after <= after:
+        return None
+    return int(next_after)
+
+
+def token_body(name: str, role: str, expires_at: str | datetime | None) -> JSON:
+    body: JSON = {"name": name, "role": role}
+    if expires_at is not None:
+        body["expires_at"] = (
+            expires_at.isoformat() if isinstance(expires_at, datetime) else expires_at
+        )
+    return body
+
+
+def is_repeat(event_id: str | None, seen: str | None) -> bool:
+    """Ids are monotonic integers (DESIGN.md), so one at or below the last seen is a replay."""
+    if event_id is None or seen is None or not (event_id.isdigit() and seen.isdigit()):
+        return False
+    return int(event_id) <= int(seen)
+
+
+def event_headers(last_event_id: str | None) -> dict[str, str]:
+    headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+    if last_event_id is not None:
+        headers["Last-Event-ID"] = last_event_id
+    return headers
+
+
+def describe(exc: httpx.TransportError) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timed out ({type(exc).__name__})"
+    return str(exc) or type(exc).__name__
+
+
+def retry_after_ms(response: httpx.Response) -> int | None:
+    value = response.headers.get("Retry-After", "")
+    return int(value) * 1000 if value.isdigit() else None
+
+
+# Downloads
+
+
+def download_target(job_id: str, ref: str, path: str | os.PathLike[str] | None) -> Path:
+    default_name = f"{job_id}-{ref}.pt"
+    if path is None:
+        return Path.cwd() / default_name
+    target = Path(path)
+    return target / default_name if target.is_dir() else target
+
+
+def part_of(target: Path) -> Path:
+    return target.with_name(target.name + ".part")
+
+
+def resume_headers(offset: int, etag: str | None) -> dict[str, str]:
+    headers = {"Accept": "*/*"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+        if etag:
+            headers["If-Range"] = etag
+    return headers
+
+
+def continues(response: httpx.Response, offset: int) -> bool:
+    """Whether the body carries on from `offset` (206 at that byte) rather than restarting."""
+    if offset == 0:
+        return True
+    if response.status_code != 206:
+        return False
+    content_range = response.headers.get("Content-Range", "")
+    return content_range.startswith(f"bytes {offset}-")
+
+
+def total_size(response: httpx.Response, offset: int) -> int | None:
+    content_range = response.headers.get("Content-Range", "")
+    if "/" in content_range:
+        total = content_range.rsplit("/", 1)[1]
+        return int(total) if total.isdigit() else None
+    length = response.headers.get("Content-Length", "")
+    return offset + int(length) if length.isdigit() else None
+
+
+def etag_value(etag: str | None) -> str | None:
+    if not etag:
+        return None
+    return etag.removeprefix("W/").strip('"')
+
+
+def sha256_of(path: Path) -> "hashlib._Hash":
+    hasher = hashlib.sha256()
+    if path.exists():
+        with path.open("rb") as fh:
+            while chunk := fh.read(CHUNK_BYTES):
+                hasher.update(chunk)
+    return hasher
+
+
+def finish_download(part: Path, target: Path, hasher: "hashlib._Hash", etag: str | None) -> Path:
+    """Rename the part into place once its sha256 equals the ETag; else drop it and raise."""
+    expected = etag_value(etag)
+    actual = hasher.hexdigest()
+    if expected is not None and expected.lower() != actual:
+        part.unlink(missing_ok=True)
+        raise ChecksumMismatch(str(target), expected, actual)
+    part.replace(target)
+    return target

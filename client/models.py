@@ -1,0 +1,210 @@
+"""What the SDK returns: typed records of the API's answers (pydantic models).
+
+Each model mirrors one response schema of the API: a test checks them against the live
+service's OpenAPI document and its real answers
+(`tests/integration/client/test_client_models_live.py`), so they cannot drift. Fields the
+API adds later are kept (`extra="allow"`), so an older client still shows them in
+`model_dump()`.
+
+    job = lb.get_job(job_id)
+    job.state is JobState.SUCCEEDED     # enums from jobs.states
+    job.model_dump(mode="json")         # the plain dict, as the API sent it
+"""
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from jobs.states import TERMINAL_STATES, ExitReason, JobState
+
+__all__ = [
+    "ApiModel",
+    "Checkpoint",
+    "CreatedToken",
+    "Event",
+    "ExitReason",
+    "Job",
+    "JobPage",
+    "JobState",
+    "LogLine",
+    "LogPage",
+    "MetricPage",
+    "MetricPoint",
+    "Node",
+    "Progress",
+    "Recipe",
+    "Token",
+    "UploadedCode",
+    "Worker",
+]
+
+
+# An exit reason this client does not know yet (a newer server) stays a plain string.
+Reason = Annotated[ExitReason | str, Field(union_mode="left_to_right")]
+
+
+class ApiModel(BaseModel):
+    """The base of every record: unknown fields are kept, values are not coerced on the way out."""
+
+    model_config = ConfigDict(extra="allow", frozen=False)
+
+
+class Progress(ApiModel):
+    step: int | None = None
+    epoch: int | None = None
+    total_steps: int | None = None
+
+
+class Job(ApiModel):
+    """A job as `GET /v1/jobs/{id}` answers it; `spec` is the accepted spec, defaults filled."""
+
+    id: str
+    name: str
+    state: JobState
+    spec: dict[str, Any]
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    attempt: int
+    exit_code: int | None = None
+    exit_reason: Reason | None = None
+    message: str | None = None
+    worker: str | None = None
+    progress: Progress
+    latest_metrics: dict[str, float]
+
+    def is_terminal(self) -> bool:
+        """True once the job is `succeeded`, `failed` or `cancelled`."""
+        return self.state in TERMINAL_STATES
+
+
+class JobPage(ApiModel):
+    """One page of `GET /v1/jobs`: the jobs, newest first, and how many match in all."""
+
+    items: list[Job]
+    total: int
+
+
+class MetricPoint(ApiModel):
+    seq: int
+    step: int | None = None
+    epoch: int | None = None
+    name: str
+    value: float
+    ts: float
+    attempt: int
+
+
+class MetricPage(ApiModel):
+    items: list[MetricPoint]
+    next_after: int
+
+
+class LogLine(ApiModel):
+    """One line a rank wrote; `rank` is global, `node` the node of a multi-node job (else 0)."""
+
+    seq: int
+    rank: int
+    node: int
+    ts: float
+    line: str
+
+
+class LogPage(ApiModel):
+    items: list[LogLine]
+    next_after: int
+
+
+class Checkpoint(ApiModel):
+    id: str
+    job_id: str
+    attempt: int
+    step: int | None = None
+    epoch: int | None = None
+    metrics: dict[str, float]
+    size: int
+    sha256: str
+    path: str
+    created_at: datetime
+
+
+class Node(ApiModel):
+    """A node of one attempt of a multi-node job."""
+
+    attempt: int
+    node: int
+    worker: str
+    host: str
+    endpoint: str | None = None
+    state: str
+    joined_at: datetime
+    last_heartbeat: datetime
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    exit_reason: Reason | None = None
+    message: str | None = None
+
+
+class Recipe(ApiModel):
+    name: str
+    description: str
+    config_schema: dict[str, Any]
+
+
+class Worker(ApiModel):
+    name: str
+    host: str
+    pid: int
+    queues: list[str]
+    devices: list[str]
+    state: str
+    started_at: datetime
+    last_heartbeat: datetime
+    current_job: dict[str, Any] | None = None
+
+
+class Token(ApiModel):
+    """A token as listed (never its secret)."""
+
+    name: str
+    role: str
+    created_at: datetime
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    active: bool
+
+
+class CreatedToken(ApiModel):
+    """A token just made: `token` is the secret, shown this once."""
+
+    name: str
+    role: str
+    token: str
+
+
+class UploadedCode(ApiModel):
+    code_id: str
+    sha256: str
+    size: int
+
+
+class Event(ApiModel):
+    """One event of a job's stream (`state`, `metric`, `log`, `checkpoint`, `restart`).
+
+    `data` is the decoded JSON (the raw text if it is not JSON); `id` is the job's event
+    sequence number, the one a reconnect resumes after.
+    """
+
+    id: str | None = None
+    event: str
+    data: Any = None
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for the `state` event that ends a job (`succeeded`, `failed`, `cancelled`)."""
+        return (
+            self.event == "state"
+            and isinstance(self.data, dict)
+            and self.data.get("state") in TERMINAL_STATES
+        )

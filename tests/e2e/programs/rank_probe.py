@@ -1,0 +1,44 @@
+"""Record what a rank sees of its process: the environment, torch's thread counts, its CPU
+priority, scheduling policy, affinity, control groups and session group. Writes
+``$RANK_PROBE_DIR/rank-<RANK>.json`` after joining the process group, so it runs as a real
+DDP rank does; it times nothing."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+
+def read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    dist.barrier()
+    seen = {
+        "env": dict(os.environ),
+        "num_threads": torch.get_num_threads(),
+        "num_interop_threads": torch.get_num_interop_threads(),
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "policy": os.sched_getscheduler(0),
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "cgroup": read("/proc/self/cgroup"),
+        "autogroup_nice": read("/proc/self/autogroup").split()[-1:],
+        "unbuffered": sys.stdout.write_through,
+    }
+    out = Path(os.environ["RANK_PROBE_DIR"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank-{os.environ['RANK']}.json").write_text(json.dumps(seen))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
