@@ -11,7 +11,7 @@ import pytest
 
 from service.hardening import harden_service
 from tests.integration.worker.conftest import WorkerEnv
-from worker.isolation import JOB_USER_PREFIX, can_switch_users
+from worker.isolation import JOB_USER_PREFIX, can_switch_users, lease_job_user
 
 pytestmark = pytest.mark.skipif(not can_switch_users(), reason="job users need a root worker")
 
@@ -58,3 +58,18 @@ def test_a_job_reaches_nothing_of_the_service_or_of_another_job(
     assert report["other_log_file"] == "PermissionError"
     assert report["other_checkpoints"] == "PermissionError"
     assert report["data_dir_listing"] == "PermissionError"
+
+
+def test_no_two_jobs_share_a_job_user_at_once(wenv: WorkerEnv) -> None:
+    lease_dir, pool = wenv.settings.job_user_lease_dir, wenv.settings.job_users
+    first = lease_job_user(lease_dir, pool, "job-a")
+    other = lease_job_user(lease_dir, pool, "job-b")
+    node = lease_job_user(lease_dir, pool, "job-a")  # another node of job-a on this host
+    assert first is not None and other is not None and node is not None
+    try:
+        assert first.uid != other.uid
+        assert node.uid == first.uid
+        assert {first.uid, other.uid}.isdisjoint({0, os.getuid()})
+    finally:
+        for user in (node, other, first):
+            user.release()
