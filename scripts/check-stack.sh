@@ -38,7 +38,7 @@ check_compose() {
     local err
     err="$(mktemp)"
     # Any output on stderr (a deprecation or interpolation warning) counts as a problem.
-    if ! docker-compose -f docker-compose.yml config -q 2>"$err"; then
+    if ! REDIS_PASSWORD=example docker-compose -f docker-compose.yml config -q 2>"$err"; then
         cat "$err" >&2
         rm -f "$err"
         fail "docker-compose.yml is invalid"
@@ -105,7 +105,7 @@ check_dockerfile() {
 check_worker_healthcheck() {
     local python=python3
     [[ -x .venv/bin/python ]] && python=.venv/bin/python
-    docker-compose -f docker-compose.yml config 2>/dev/null | "$python" -c '
+    REDIS_PASSWORD=example docker-compose -f docker-compose.yml config 2>/dev/null | "$python" -c '
 import sys, yaml
 worker = yaml.safe_load(sys.stdin)["services"]["worker"]
 check = worker.get("healthcheck") or {}
