@@ -3,6 +3,7 @@
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import Depends, FastAPI
 from redis import Redis
@@ -80,7 +81,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
     # The dashboard's page and assets hold no data; it calls /v1 with the user's token.
     ui.mount_dashboard(app)
+    install_openapi(app)
     return app
+
+
+def install_openapi(app: FastAPI) -> None:
+    """The app's OpenAPI description, with every error answer in JSON: FastAPI gives the
+    documented error responses the media type of the route's own answer (text for
+    `/metrics`), while the error body is always JSON."""
+    make_schema = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = make_schema()
+            for path_item in schema.get("paths", {}).values():
+                for operation in path_item.values():
+                    for status_code, answer in operation.get("responses", {}).items():
+                        content = answer.get("content")
+                        if str(status_code)[0] in "45" and content:
+                            answer["content"] = {"application/json": next(iter(content.values()))}
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def run_api(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:

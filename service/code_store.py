@@ -57,23 +57,25 @@ def upload_kind(filename: str) -> str:
     )
 
 
-def unpack_upload(received: ReceivedFile, target: Path, limits: UnpackLimits) -> None:
-    """Unpack `received` into the new directory `target`."""
+def unpack_upload(received: ReceivedFile, target: Path, limits: UnpackLimits) -> int:
+    """Unpack `received` into the new directory `target`; returns the bytes written."""
     target.mkdir(mode=0o755)
     kind = upload_kind(received.filename)
+    unpacker = Unpacker(target, limits)
     if kind == "python":
         check_python_source(received.path)
         with received.path.open("rb") as source:
-            Unpacker(target, limits).add_file(received.filename, source, False, received.size)
-        return
-    unpacker = Unpacker(target, limits)
+            unpacker.add_file(received.filename, source, False, received.size)
+        return unpacker.written
     (unpack_zip if kind == "zip" else unpack_tar)(received.path, unpacker)
     if unpacker.files == 0:
         raise refuse("the archive holds no files")
+    return unpacker.written
 
 
-def store_upload(received: ReceivedFile, code_dir: Path, limits: UnpackLimits) -> Path:
-    """Check and unpack an upload, then rename it into place as `code_dir/<sha256>`.
+def store_upload(received: ReceivedFile, code_dir: Path, limits: UnpackLimits) -> int:
+    """Check and unpack an upload, then rename it into place as `code_dir/<sha256>`; returns
+    the bytes it unpacked to.
 
     The same bytes are unpacked again (and so checked) on every upload, then dropped when
     they are stored already; a .py sent under a new name is added beside the first.
@@ -81,7 +83,7 @@ def store_upload(received: ReceivedFile, code_dir: Path, limits: UnpackLimits) -
     final = code_dir / received.sha256
     staging = code_dir / f"{UNPACK_PREFIX}{uuid.uuid4().hex}"
     try:
-        unpack_upload(received, staging, limits)
+        unpacked = unpack_upload(received, staging, limits)
         try:
             os.rename(staging, final)
         except OSError as exc:
@@ -91,7 +93,7 @@ def store_upload(received: ReceivedFile, code_dir: Path, limits: UnpackLimits) -
                 _add_missing(staging / received.filename, final / received.filename)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return final
+    return unpacked
 
 
 def _add_missing(source: Path, target: Path) -> None:
@@ -102,11 +104,15 @@ def _add_missing(source: Path, target: Path) -> None:
 # Rows: who uploaded what.
 
 
-def record_upload(session: Session, received: ReceivedFile, owner: str) -> bool:
+def record_upload(session: Session, received: ReceivedFile, owner: str, unpacked: int) -> bool:
     """Record that `owner` uploaded this code; False if they had already (and commit)."""
     session.add(
         CodeUpload(
-            code_id=received.sha256, owner=owner, filename=received.filename, size=received.size
+            code_id=received.sha256,
+            owner=owner,
+            filename=received.filename,
+            size=received.size,
+            unpacked_size=unpacked,
         )
     )
     try:

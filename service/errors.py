@@ -22,8 +22,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
 
 log = logging.getLogger("launchbay.api")
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 class LaunchbayError(Exception):
@@ -152,11 +154,34 @@ def _describe(err: dict[str, Any]) -> str:
     return f"{'.'.join(loc)}: {msg}" if loc else msg
 
 
-async def _on_http_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _CODES_BY_STATUS.get(exc.status_code, "http_error")
     message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
-    return error_response(exc.status_code, code, message, None, dict(exc.headers or {}))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        # Starlette names the methods of the first route that matched the path only; a path
+        # served by several routes (GET and DELETE /v1/jobs/{id}) allows all of theirs.
+        headers["Allow"] = ", ".join(allowed_methods(request))
+    return error_response(exc.status_code, code, message, None, headers)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method the app answers at this request's path: the documented operations of
+    each path template that matches (FastAPI nests its routers, so their routes are not
+    listed flat), and the app's own undocumented routes."""
+    path = request.scope.get("path", "")
+    methods: set[str] = set()
+    for template, item in request.app.openapi().get("paths", {}).items():
+        if compile_path(template)[0].match(path):
+            methods |= {m.upper() for m in item if m.upper() in HTTP_METHODS}
+    for route in request.app.routes:
+        route_regex = getattr(route, "path_regex", None)
+        if route_regex is not None and route_regex.match(path):
+            methods |= getattr(route, "methods", None) or set()
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
 
 
 async def _on_unexpected_error(_request: Request, exc: Exception) -> JSONResponse:

@@ -156,6 +156,10 @@ class CodeUpload(SQLModel, table=True):
     filename: str = Field(max_length=255)
     size: int = Field(sa_type=BigInteger)
     created_at: datetime = Field(default_factory=utcnow)
+    # What it unpacked to, counted against the owner's quota (0 for uploads before 0006).
+    unpacked_size: int = Field(
+        default=0, sa_column=Column(BigInteger, nullable=False, server_default="0")
+    )
 
 
 class ApiToken(SQLModel, table=True):

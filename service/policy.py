@@ -107,23 +107,38 @@ def check_submission_rate(
 ) -> None:
     """Count one submission of `owner` in this minute's window; 429 with Retry-After past
     `per_minute` (0: no limit). Redis errors let the submission through."""
+    check_rate(redis, RATE_KEY, owner, per_minute, what="job submissions", now=now)
+
+
+def check_rate(
+    redis: Redis,
+    key_template: str,
+    owner: str,
+    per_minute: int,
+    *,
+    what: str,
+    now: float | None = None,
+) -> None:
+    """Count one `what` of `owner` in this minute's window (`key_template` with `{owner}` and
+    `{window}`); 429 with Retry-After past `per_minute` (0: no limit). Redis errors let the
+    request through."""
     if per_minute <= 0:
         return
     now = time.time() if now is None else now
     window = int(now // WINDOW_S)
-    key = RATE_KEY.format(owner=owner, window=window)
+    key = key_template.format(owner=owner, window=window)
     try:
         pipe = redis.pipeline(transaction=True)
         pipe.incr(key)
         pipe.expire(key, 2 * WINDOW_S)
         count = int(pipe.execute()[0])
     except RedisError as exc:
-        log.warning("rate limiter unavailable, submission of %s let through: %s", owner, exc)
+        log.warning("rate limiter unavailable, %s of %s let through: %s", what, owner, exc)
         return
     if count > per_minute:
         retry_after = max(1, math.ceil((window + 1) * WINDOW_S - now))
         raise TooManyRequests(
-            f"more than {per_minute} job submissions in a minute; retry in {retry_after} s",
+            f"more than {per_minute} {what} in a minute; retry in {retry_after} s",
             detail={"limit_per_minute": per_minute, "retry_after_s": retry_after},
             headers={"Retry-After": str(retry_after)},
         )

@@ -49,7 +49,13 @@ class Settings(BaseSettings):
     # Uploaded code (POST /v1/code): the file itself, and what an archive may unpack to.
     max_upload_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)
     max_code_files: int = Field(default=10_000, ge=1)
-    max_code_unpacked_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024)
+    max_code_unpacked_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+
+    # Uploaded code, per owner (docs/security.md, "Uploads"): the bytes uploaded and the bytes
+    # they unpack to that an owner may keep stored, and uploads per minute (0: no limit).
+    code_quota_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024)
+    code_quota_unpacked_bytes: int = Field(default=4 * 1024 * 1024 * 1024, ge=1024)
+    uploads_per_minute: int = Field(default=20, ge=0)
 
     # Submission policy (POST /v1/jobs). Admins are exempt from all but `forbidden_env`.
     allow_user_code: bool = True

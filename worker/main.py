@@ -6,11 +6,12 @@ connections: it takes the attempt (`worker.tasks.claim`) and does RQ's bookkeepi
 its next horse will use (`worker.tasks.spare_pools`).
 
 On SIGTERM the worker shuts down warm (it waits for the running job); a second SIGTERM (or
-SIGINT) is a cold shutdown, where RQ would SIGKILL the horse at once and orphan the job's
-processes, which live in sessions of their own. Here the horse is first sent SIGTERM, which
-its supervisor takes as "stop the job's processes, record the attempt as `worker_lost`,
-return"; only then is it killed. A horse whose worker dies without a word (SIGKILL) gets the
-same SIGTERM from the kernel (``PR_SET_PDEATHSIG``).
+SIGINT), however soon after the first (RQ ignores one within a second, for its worker pools;
+a Launchbay worker runs alone), is a cold shutdown, where RQ would SIGKILL the horse at
+once and orphan the job's processes, which live in sessions of their own. Here the horse is
+first sent SIGTERM, which its supervisor takes as "stop the job's processes, record the
+attempt as `worker_lost`, return"; only then is it killed. A horse whose worker dies without
+a word (SIGKILL) gets the same SIGTERM from the kernel (``PR_SET_PDEATHSIG``).
 
 Each worker keeps a record of itself in Redis (`service.queue.worker_key`, a short TTL) for
 GET /v1/workers: its host (`LAUNCHBAY_WORKER_HOST`), queues, devices (`worker.devices`),
@@ -119,6 +120,14 @@ class LaunchbayWorker(Worker):
     def request_stop(self, signum: Any, frame: Any) -> None:
         self.stopping = True
         super().request_stop(signum, frame)
+
+    def request_force_stop(self, signum: int, frame: Any) -> None:
+        """The cold shutdown: RQ's, without its one-second grace for a repeated signal."""
+        log.warning("worker %s: cold shut down", self.name)
+        if self.horse_pid:
+            self.kill_horse()
+            self.wait_for_horse()
+        raise SystemExit()
 
     def setup_work_horse_signals(self) -> None:
         super().setup_work_horse_signals()

@@ -1,14 +1,18 @@
 """Everything an attempt needs before its launch: checks that would only fail later and less
 clearly (devices, modules, entrypoint), its directories, its copy of the code, the checkpoint
-to resume from and a free port. A failed check is a `LaunchProblem`: the job fails with
+to resume from and a free port. Uploaded code is copied once per job and shared, read-only,
+by its attempts. A failed check is a `LaunchProblem`: the job fails with
 exit reason `launch_error` and the problem as its message.
 """
 
+import errno
 import importlib.util
 import os
 import shutil
 import socket
+import stat
 import sys
+import uuid
 from functools import lru_cache
 from pathlib import Path
 
@@ -93,9 +97,42 @@ def recipe_module(name: str) -> str:
     return recipe.module
 
 
-def prepare_code(code_store: Path, code_id: str, target: Path, entrypoint: str) -> Path:
-    """Copy uploaded code (`<code_store>/<code_id>`: an unpacked directory, or a single file)
-    into `target`, and return the entrypoint's path there."""
+def prepare_code(
+    code_store: Path, code_id: str, target: Path, entrypoint: str, shared: Path | None = None
+) -> Path:
+    """Put uploaded code (`<code_store>/<code_id>`: an unpacked directory, or a single file)
+    at `target`, and return the entrypoint's path there.
+
+    With `shared` (the job's one copy, `runs/<job>/code`), the code is copied there once, its
+    files made read-only, and `target` becomes a link to it: every attempt (and node) of a
+    job runs the same copy instead of making its own.
+    """
+    if shared is None:
+        _copy_code(code_store, code_id, target, entrypoint)
+    else:
+        if not shared.is_dir():
+            staging = shared.with_name(f".{shared.name}-{uuid.uuid4().hex}")
+            try:
+                _copy_code(code_store, code_id, staging, entrypoint)
+                _make_read_only(staging)
+                os.rename(staging, shared)  # whole or not at all; another node may be first
+            except OSError as exc:
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY) or not shared.is_dir():
+                    raise
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink():
+            target.unlink()
+        target.symlink_to(shared, target_is_directory=True)
+    script = target / entrypoint
+    base = target.resolve()
+    if not script.resolve().is_relative_to(base) or not script.resolve().is_file():
+        raise LaunchProblem(f"entrypoint {entrypoint!r} is not a file in the uploaded code")
+    return script
+
+
+def _copy_code(code_store: Path, code_id: str, target: Path, entrypoint: str) -> None:
     source = code_store / code_id
     if source.is_dir():
         shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
@@ -104,11 +141,17 @@ def prepare_code(code_store: Path, code_id: str, target: Path, entrypoint: str) 
         shutil.copy2(source, target / entrypoint)
     else:
         raise LaunchProblem(f"uploaded code {code_id} is not on this worker")
-    script = target / entrypoint
-    base = target.resolve()
-    if not script.resolve().is_relative_to(base) or not script.resolve().is_file():
-        raise LaunchProblem(f"entrypoint {entrypoint!r} is not a file in the uploaded code")
-    return script
+
+
+def _make_read_only(root: Path) -> None:
+    """Files read-only (executables stay executable); directories stay the worker's to
+    remove with the job."""
+    for directory, _, files in os.walk(root):
+        for name in files:
+            path = Path(directory) / name
+            mode = path.lstat().st_mode
+            if stat.S_ISREG(mode):
+                path.chmod(0o555 if mode & 0o100 else 0o444)
 
 
 def find_resume_checkpoint(
@@ -148,7 +191,8 @@ def prepare_attempt(
     for directory in (paths.run_dir, paths.log_dir, paths.checkpoint_dir):
         directory.mkdir(parents=True, exist_ok=True)
     if spec.code is not None:
-        prepare_code(code_store, spec.code.code_id, paths.code_dir, spec.code.entrypoint)
+        shared = paths.data_dir / "runs" / job_id / "code"
+        prepare_code(code_store, spec.code.code_id, paths.code_dir, spec.code.entrypoint, shared)
     return build_launch(
         spec,
         job_id=job_id,

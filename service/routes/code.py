@@ -1,14 +1,18 @@
-"""Uploaded user code: `POST /v1/code` stores a .py, .zip or .tar.gz for jobs to run."""
+"""Uploaded user code: `POST /v1/code` stores a .py, .zip or .tar.gz for jobs to run;
+`DELETE /v1/code/{code_id}` takes it back."""
 
 import logging
+from dataclasses import replace
 
 from fastapi import APIRouter, Request, Response, status
 from pydantic import BaseModel
+from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
-from service import code_store, policy
-from service.deps import CurrentPrincipal, SessionDep, SettingsDep
-from service.uploads import receive_file
+from service import code_store, code_usage, policy
+from service.deps import CurrentPrincipal, RedisDep, SessionDep, SettingsDep
+from service.settings import Settings
+from service.uploads import ReceivedFile, receive_file
 
 log = logging.getLogger("launchbay.api")
 router = APIRouter(prefix="/v1/code", tags=["code"])
@@ -41,17 +45,22 @@ UPLOAD_BODY = {
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=CodePublic,
+    responses={200: {"model": CodePublic, "description": "The caller had uploaded these bytes"}},
     openapi_extra=UPLOAD_BODY,
 )
 async def upload_code(
     request: Request,
     response: Response,
     session: SessionDep,
+    redis: RedisDep,
     settings: SettingsDep,
     principal: CurrentPrincipal,
 ) -> CodePublic:
     """201 when the caller uploads these bytes for the first time, 200 when again."""
     policy.check_may_run_code(principal, settings)
+    await run_in_threadpool(
+        code_usage.check_upload_rate, redis, principal.name, settings.uploads_per_minute
+    )
     code_dir = settings.code_dir
     code_dir.mkdir(parents=True, exist_ok=True)
     received = await receive_file(
@@ -61,21 +70,51 @@ async def upload_code(
         max_bytes=settings.max_upload_bytes,
         check_filename=code_store.upload_kind,
     )
-    limits = code_store.UnpackLimits(
-        max_files=settings.max_code_files, max_bytes=settings.max_code_unpacked_bytes
-    )
     try:
-        await run_in_threadpool(code_store.store_upload, received, code_dir, limits)
+        limits = await run_in_threadpool(_limits_for, session, settings, principal.name, received)
+        unpacked = await run_in_threadpool(code_store.store_upload, received, code_dir, limits)
     finally:
         received.path.unlink(missing_ok=True)
-    created = await run_in_threadpool(code_store.record_upload, session, received, principal.name)
+    created = await run_in_threadpool(
+        code_store.record_upload, session, received, principal.name, unpacked
+    )
     if not created:
         response.status_code = status.HTTP_200_OK
     log.info(
-        "code %s (%r, %d bytes) uploaded by %s",
+        "code %s (%r, %d bytes, %d unpacked) uploaded by %s",
         received.sha256,
         received.filename,
         received.size,
+        unpacked,
         principal.name,
     )
     return CodePublic(code_id=received.sha256, sha256=received.sha256, size=received.size)
+
+
+def _limits_for(
+    session: Session, settings: Settings, owner: str, received: ReceivedFile
+) -> code_store.UnpackLimits:
+    """The unpack limits of this upload, with what is left of the owner's quotas (413 when
+    the upload itself does not fit). Sending one's own upload again costs nothing."""
+    limits = code_store.UnpackLimits(
+        max_files=settings.max_code_files, max_bytes=settings.max_code_unpacked_bytes
+    )
+    if code_store.find_upload(session, received.sha256, owner) is not None:
+        return limits
+    usage = code_usage.owner_usage(session, owner)
+    code_usage.check_stored_quota(usage, received.size, settings.code_quota_bytes)
+    left = settings.code_quota_unpacked_bytes - usage.unpacked_bytes
+    return replace(limits, quota_left=left)
+
+
+@router.delete("/{code_id}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_code(
+    code_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: CurrentPrincipal,
+) -> Response:
+    """204; 404 for code the caller did not upload; 409 while an unfinished job runs it."""
+    code_usage.delete_upload(session, settings.code_dir, code_id, principal)
+    log.info("code %s deleted by %s", code_id, principal.name)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -43,7 +43,14 @@ def spec_hash(spec: JobSpec) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobPublic)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobPublic,
+    responses={
+        200: {"model": JobPublic, "description": "The job of an earlier request with this key"}
+    },
+)
 def submit_job(
     spec: JobSpec,
     response: Response,
@@ -187,10 +194,14 @@ def cancel_job(job: OwnedJob, session: SessionDep, redis: RedisDep) -> JobPublic
         try:
             queue.request_cancel(redis, job.id)
         except RedisError as exc:
-            raise ServiceUnavailable(
-                "the job is marked cancelling but its worker could not be told; retry",
-                detail={"job_id": job.id},
-            ) from exc
+            # The database says `cancelling` already, and the job's supervisor reads it at its
+            # next heartbeat: the cancel is accepted, only later than through Redis.
+            log.warning(
+                "job %s: cancel not signalled through Redis (%s); its worker "
+                "finds it at its next heartbeat",
+                job.id,
+                exc,
+            )
     session.refresh(job)
     if JobState(job.state).is_terminal() and job.state != JobState.CANCELLED:
         raise InvalidTransition(

@@ -1,6 +1,7 @@
 """Uploading user code (`POST /v1/code`) and submitting jobs that run it, on SQLite and
 PostgreSQL: every accepted format, and archives built to escape or exhaust the data dir."""
 
+import gzip
 import hashlib
 import io
 import stat
@@ -71,6 +72,34 @@ def make_tgz(*members: Any) -> bytes:
         for info, data in members:
             tf.addfile(info, data)
     return buffer.getvalue()
+
+
+def raw_tgz(*headers: tuple[bytes, bytes]) -> bytes:
+    """A tar.gz of hand-made (type, data) header blocks, then one ordinary member."""
+    blocks = b""
+    for kind, data in headers:
+        info = tarfile.TarInfo("././@LongLink")
+        info.type, info.size = kind, len(data)
+        blocks += info.tobuf(tarfile.GNU_FORMAT) + data + b"\0" * (-len(data) % 512)
+    member = tarfile.TarInfo("train.py")
+    member.size = len(TRAIN)
+    blocks += member.tobuf(tarfile.GNU_FORMAT) + TRAIN.ljust(512, b"\0") + b"\0" * 1024
+    return gzip.compress(blocks)
+
+
+def zip_declaring_directory(size: int) -> bytes:
+    """A small zip whose end record declares a central directory of `size` bytes."""
+    archive = bytearray(make_zip({"train.py": TRAIN}))
+    end = archive.rfind(b"PK\x05\x06")
+    archive[end + 12 : end + 16] = size.to_bytes(4, "little")
+    return bytes(archive)
+
+
+def pax_record(key: str, value: str) -> bytes:
+    body = f" {key}={value}\n"
+    length = len(body) + len(str(len(body)))
+    length = len(body) + len(str(length))
+    return f"{length}{body}".encode()
 
 
 def upload(api: TestClient, filename: str, content: bytes) -> Any:
@@ -275,6 +304,27 @@ def refused_uploads(marker: str) -> list[tuple[str, bytes, int, str]]:
         ("cut.tar.gz", make_tgz(tar_member("a.bin", NOISE))[:2000], 422, "invalid_upload"),
         ("binary.py", b"\x7fELF\x00\x01\x02", 422, "invalid_upload"),
         ("latin.py", "é = 1\n".encode("latin-1"), 422, "invalid_upload"),
+        # Extended tar headers are bounded before tarfile reads them.
+        (
+            "longname.tgz",
+            raw_tgz((tarfile.GNUTYPE_LONGNAME, b"a" * 70_000)),
+            422,
+            "invalid_upload",
+        ),
+        (
+            "pax.tgz",
+            raw_tgz((tarfile.XHDTYPE, pax_record("path", "a" * 70_000))),
+            422,
+            "invalid_upload",
+        ),
+        (
+            "chain.tgz",
+            raw_tgz(*[(tarfile.XHDTYPE, pax_record("comment", "x"))] * 9),
+            422,
+            "invalid_upload",
+        ),
+        ("sparse.tgz", raw_tgz((tarfile.GNUTYPE_SPARSE, b"")), 422, "invalid_upload"),
+        ("directory.zip", zip_declaring_directory(200_000), 413, "archive_too_large"),
         ("tool.exe", b"MZ\x90\x00", 422, "unsupported_file_type"),
         ("train.py.txt", TRAIN, 422, "unsupported_file_type"),
         (".py", TRAIN, 422, "unsupported_file_type"),
@@ -291,6 +341,30 @@ def test_unsafe_or_invalid_uploads_are_refused_and_leave_nothing(
     filename, content, status, code = refused_uploads(watch_dirs.marker)[case]
     assert_error_body(upload(api, filename, content), status, code)
     watch_dirs()
+
+
+def test_errors_name_a_member_by_a_bounded_prefix(api: TestClient, watch_dirs: DirWatch) -> None:
+    for archive in (
+        make_zip({"../" + "a" * 30_000: b"1"}),
+        make_tgz(tar_member("/" + "b" * 30_000, b"1")),
+    ):
+        name = "long.zip" if archive[:2] == b"PK" else "long.tgz"
+        answer = upload(api, name, archive)
+        error = assert_error_body(answer, 422, "invalid_upload")
+        assert len(answer.content) < 1024
+        assert len(error["detail"]["member"]) <= 203
+    watch_dirs()
+
+
+def test_a_small_long_name_or_pax_header_is_still_accepted(api: TestClient) -> None:
+    name = "pkg/" + "n" * 150 + ".py"
+    for fmt in (tarfile.GNU_FORMAT, tarfile.PAX_FORMAT):
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz", format=fmt) as tf:
+            for info, data in (tar_member(name, b"X = 1\n"), tar_member("train.py", TRAIN)):
+                tf.addfile(info, data)
+        answer = upload(api, f"long-{fmt}.tar.gz", buffer.getvalue())
+        assert answer.status_code in (200, 201), answer.text
 
 
 def test_an_upload_over_the_limit_is_refused_while_it_streams(

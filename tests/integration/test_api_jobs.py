@@ -7,9 +7,16 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 from rq import Queue
+from sqlmodel import Session
 
+from jobs.spec import JobSpec
+from jobs.states import JobState
+from service import store
+from service.app import create_app
+from service.db import make_engine
 from service.settings import Settings
-from tests.integration.conftest import count_jobs
+from tests.integration.conftest import ADMIN, count_jobs
+from tests.support.procs import free_port
 
 SYNTHETIC = {"name": "quick", "recipe": "synthetic", "nproc_per_node": 2}
 
@@ -189,3 +196,30 @@ def test_recipe_config_errors_are_located_under_config(api: TestClient) -> None:
     error = api.post("/v1/jobs", json={**SYNTHETIC, "config": {"lr": -1}}).json()["error"]
     assert error["detail"][0]["loc"] == ["body", "config", "lr"]
     assert error["message"].startswith("invalid request: config.lr:")
+
+
+def test_a_cancel_while_redis_is_down_is_accepted_and_left_to_the_heartbeat(
+    settings: Settings,
+) -> None:
+    """One answer, whatever Redis does: 202 and `cancelling`; the job's supervisor reads that
+    state at its next heartbeat (tests/integration/worker/test_stops.py: the state cancels
+    even without the Redis key)."""
+    job_id = submit_running_job(settings)
+    dead = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"})
+    with TestClient(create_app(dead), raise_server_exceptions=False, headers=ADMIN) as api:
+        answer = api.post(f"/v1/jobs/{job_id}/cancel")
+        assert answer.status_code == 202, answer.text
+        assert answer.json()["state"] == "cancelling"
+        assert api.get(f"/v1/jobs/{job_id}").json()["state"] == "cancelling"
+
+
+def submit_running_job(settings: Settings) -> str:
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        with Session(engine) as session:
+            job = store.create_job(session, JobSpec(name="running", recipe="synthetic"))
+            for state in (JobState.STARTING, JobState.RUNNING):
+                assert store.transition_job(session, job.id, state, attempt=1)
+            return job.id
+    finally:
+        engine.dispose()

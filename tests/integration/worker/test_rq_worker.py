@@ -5,7 +5,6 @@ import logging
 import os
 import signal
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -75,8 +74,10 @@ def test_cold_shutdown_stops_the_job_first(wenv: WorkerEnv, tmp_path: Path) -> N
         assert rq_queue.started_job_registry.get_job_ids() == [rq_job.id]
         assert wenv.redis.llen(rq_queue.intermediate_queue_key) == 0
         os.kill(proc.pid, signal.SIGTERM)  # warm: would wait for the job...
-        time.sleep(1.5)  # (RQ ignores a second signal within a second)
-        os.kill(proc.pid, signal.SIGTERM)  # ...cold: stop it now
+        # (once the worker has taken the first: two pending SIGTERMs are delivered as one)
+        log_file = tmp_path / "worker.log"
+        assert wait_until(lambda: "warm shut down requested" in log_file.read_text(), 10, 0.01)
+        os.kill(proc.pid, signal.SIGTERM)  # ...cold at once, not after a second: stop it now
         assert wait_until(lambda: proc.poll() is not None, timeout=settings.cancel_grace_s + 20)
     finally:
         stop(proc)
