@@ -191,9 +191,17 @@ def give_directories(paths: RunPaths, user: JobUser) -> None:
     os.close(os.open(paths.events_file, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
     os.close(os.open(paths.launcher_log, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
     for owned in (paths.run_dir / "home", paths.run_dir / "tmp", paths.log_dir, paths.code_dir):
-        if owned.exists():
+        if owned.exists() and not owned.is_symlink():
             _chown_tree(owned, user.uid, user.gid)
             _tighten(owned, 0o700)
+    if paths.code_dir.is_symlink():
+        # The job's one read-only copy of its code, shared by its attempts: the worker's, and
+        # readable by this job's user (its group) alone.
+        for top, dirs, files in os.walk(str(paths.code_dir.resolve())):
+            os.lchown(top, 0, user.gid)
+            _tighten(Path(top), 0o750)
+            for name in dirs + files:
+                os.lchown(os.path.join(top, name), 0, user.gid)
     os.lchown(paths.events_file, user.uid, user.gid)
     paths.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     _chown_tree(paths.checkpoint_dir, user.uid, group)
@@ -206,7 +214,7 @@ def take_back_directories(paths: RunPaths, *, checkpoints: bool) -> None:
     owned = [paths.run_dir / "home", paths.run_dir / "tmp", paths.log_dir, paths.code_dir]
     owned += [paths.events_file, *([paths.checkpoint_dir] if checkpoints else [])]
     for path in owned:
-        if path.exists():
+        if path.exists() and not path.is_symlink():
             _chown_tree(path, os.getuid(), group)
 
 
