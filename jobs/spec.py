@@ -8,6 +8,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from jobs.contract.checkpoints import CheckpointPolicy
+
+__all__ = ["LAUNCHER_ENV", "CheckpointPolicy", "CodeRef", "JobSpec"]
+
 # What a launcher (torchrun) sets for each rank it starts.
 LAUNCHER_ENV = frozenset(
     {
@@ -56,14 +60,6 @@ class CodeRef(StrictModel):
         if value.startswith("/") or ".." in parts:
             raise ValueError("entrypoint must be a relative path inside the uploaded code")
         return value
-
-
-class CheckpointPolicy(StrictModel):
-    every_steps: Annotated[int, Field(ge=1)] | None = None
-    every_epochs: Annotated[int, Field(ge=1)] | None = 1
-    keep_last: Annotated[int, Field(ge=1, le=1000)] = 3
-    best_metric: Annotated[str, Field(min_length=1, max_length=128)] | None = None
-    best_mode: Literal["min", "max"] = "min"
 
 
 class JobSpec(StrictModel):

@@ -7,6 +7,7 @@ r"""Job states, the transitions between them, and why a job ended.
 `succeeded`, `failed` and `cancelled` are terminal: nothing moves a job out of them.
 """
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -79,3 +80,17 @@ class ExitReason(StrEnum):
     OOM = "oom"
     LAUNCH_ERROR = "launch_error"
     RENDEZVOUS_TIMEOUT = "rendezvous_timeout"
+
+
+@dataclass(frozen=True)
+class AttemptRef:
+    """One attempt of a job (its node `node`, for a multi-node job): what names the work a
+    worker task does, in the worker, the store's writes for it, and the logs."""
+
+    job_id: str
+    attempt: int
+    node: int | None = None
+
+    def __str__(self) -> str:
+        node = "" if self.node is None else f" node {self.node}"
+        return f"job {self.job_id} attempt {self.attempt}{node}"

@@ -13,6 +13,7 @@ from service.deps import get_principal
 from service.errors import install_error_handlers
 from service.hardening import harden_service, make_non_dumpable
 from service.limits import BodySizeLimit
+from service.queue import RQExecutor
 from service.reaper import ReaperThread
 from service.routes import (
     checkpoints,
@@ -48,7 +49,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.engine = make_engine(settings.resolved_database_url)
         app.state.redis = make_redis(settings.redis_url)
-        reaper = ReaperThread(app.state.engine, app.state.redis, settings)
+        reaper = ReaperThread(
+            app.state.engine,
+            RQExecutor(app.state.redis, grace_s=settings.cancel_grace_s),
+            settings,
+        )
         if settings.reaper_enabled:
             reaper.start()
         try:

@@ -18,7 +18,9 @@ from sqlmodel import Session, col, select
 
 from service.auth import CHALLENGE, Principal, authenticate, known_principal
 from service.errors import Forbidden, NotFound, Unauthorized
+from service.executor import Executor
 from service.models import Job
+from service.queue import RQExecutor
 from service.settings import Settings
 
 
@@ -50,12 +52,21 @@ async def get_redis(request: Request) -> Redis:
     return redis
 
 
+async def get_executor(
+    redis: Annotated[Redis, Depends(get_redis)],
+    settings: Annotated[Settings, Depends(get_app_settings)],
+) -> Executor:
+    """The executor the jobs' attempts run on (`service.executor`): RQ, the only one so far."""
+    return RQExecutor(redis, grace_s=settings.cancel_grace_s)
+
+
 # The largest seq (a BIGINT): a larger `after` cannot match and the databases refuse it.
 MAX_SEQ = 2**63 - 1
 
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 SessionDep = Annotated[Session, Depends(get_session)]
 RedisDep = Annotated[Redis, Depends(get_redis)]
+ExecutorDep = Annotated[Executor, Depends(get_executor)]
 
 bearer = HTTPBearer(
     auto_error=False,

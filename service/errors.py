@@ -1,4 +1,5 @@
-"""One exception tree, mapped by one set of handlers to the error body of DESIGN.md:
+"""One exception tree, mapped by one set of handlers to the error body the README
+describes ("Errors"):
 
     LaunchbayError                 (500 internal_error)
     ├── BadRequest                 (400 bad_request)

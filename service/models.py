@@ -6,10 +6,16 @@ insert, so `seq` is one dense, monotonic order per job: the id of the live event
 """
 
 from datetime import UTC, datetime
-from typing import Any
+from enum import StrEnum
+from typing import Annotated, Any
 
-from sqlalchemy import JSON, BigInteger, Column, Index, Integer, Text, UniqueConstraint
-from sqlmodel import Field, SQLModel
+from pydantic import WithJsonSchema
+from sqlalchemy import JSON, BigInteger, Column, Dialect, Index, Integer, Text, UniqueConstraint
+from sqlalchemy.types import TypeDecorator
+from sqlmodel import AutoString, Field, SQLModel
+
+from jobs.spec import JobSpec
+from jobs.states import ExitReason, JobState
 
 # SQLite only autoincrements an INTEGER PRIMARY KEY; PostgreSQL gets 64 bits.
 BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
@@ -19,25 +25,60 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Job(SQLModel, table=True):
-    __tablename__ = "job"
-    __table_args__ = (UniqueConstraint("owner", "idempotency_key", name="uq_job_idempotency"),)
+class StrEnumColumn(TypeDecorator[StrEnum]):
+    """A string column whose values are read back as members of `enum` (stored as plain
+    strings, so the schema does not change)."""
+
+    impl = AutoString
+    cache_ok = True
+
+    def __init__(self, enum: type[StrEnum], length: int) -> None:
+        super().__init__(length=length)
+        self.enum = enum
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else str(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> StrEnum | None:
+        return None if value is None else self.enum(value)
+
+
+def inline_enum(enum: type[StrEnum]) -> WithJsonSchema:
+    """A string enum's JSON schema written where it is used (`type` and `enum`), not as a
+    reference: clients that read a field's type from the schema see a string."""
+    return WithJsonSchema({"type": "string", "enum": [m.value for m in enum]})
+
+
+class JobBase(SQLModel):
+    """What a job's row (`Job`) and its public form (`service.schemas.JobPublic`) share, in
+    the order clients see them."""
 
     id: str = Field(primary_key=True, max_length=32)
     name: str = Field(max_length=128)
-    owner: str = Field(default="", max_length=128, index=True)
-    state: str = Field(max_length=16, index=True)
+    state: Annotated[JobState, inline_enum(JobState)] = Field(
+        sa_type=StrEnumColumn(JobState, 16), index=True
+    )
+    # As accepted, defaults filled; read it typed with `Job.job_spec()`.
     spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
-    queue: str = Field(max_length=64)
-    attempt: int = 1
     created_at: datetime = Field(default_factory=utcnow, index=True)
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    last_heartbeat: datetime | None = None
+    attempt: int = 1
     exit_code: int | None = None
-    exit_reason: str | None = Field(default=None, max_length=32)
-    message: str | None = Field(default=None, sa_column=Column(Text))
+    exit_reason: Annotated[ExitReason, inline_enum(ExitReason)] | None = Field(
+        default=None, sa_type=StrEnumColumn(ExitReason, 32)
+    )
+    message: str | None = Field(default=None, sa_type=Text)
     worker: str | None = Field(default=None, max_length=256)
+
+
+class Job(JobBase, table=True):
+    __tablename__ = "job"
+    __table_args__ = (UniqueConstraint("owner", "idempotency_key", name="uq_job_idempotency"),)
+
+    owner: str = Field(default="", max_length=128, index=True)
+    queue: str = Field(max_length=64)
+    last_heartbeat: datetime | None = None
     progress_step: int | None = None
     progress_epoch: int | None = None
     total_steps: int | None = None
@@ -48,9 +89,14 @@ class Job(SQLModel, table=True):
     # Bytes of its run directories and checkpoints, measured when an attempt ends.
     disk_bytes: int | None = Field(default=None, sa_type=BigInteger)
 
+    def job_spec(self) -> JobSpec:
+        """The spec, typed: the one way to read it (the column holds it as accepted, defaults
+        filled)."""
+        return JobSpec.model_validate(self.spec)
+
 
 class JobEvent(SQLModel, table=True):
-    """A change in a job's life: a state change, or a restart of its ranks."""
+    """A change in a job's life: a state change, a restart of its ranks, a checkpoint retired."""
 
     __tablename__ = "job_event"
     __table_args__ = (Index("ix_job_event_job_seq", "job_id", "seq", unique=True),)
@@ -58,7 +104,7 @@ class JobEvent(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     job_id: str = Field(foreign_key="job.id", max_length=32)
     seq: int = Field(sa_type=BigInteger)
-    kind: str = Field(max_length=16)
+    kind: str = Field(max_length=32)
     attempt: int
     ts: float
     data: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
@@ -143,6 +189,9 @@ class Checkpoint(SQLModel, table=True):
     sha256: str = Field(max_length=64)
     path: str = Field(max_length=1024)
     created_at: datetime = Field(default_factory=utcnow)
+    # Set when retention (or a newer save under the same path) retired it: the row stays, so
+    # the job's event history keeps its `checkpoint` event; a `checkpoint_deleted` follows.
+    deleted_at: datetime | None = None
 
 
 class CodeUpload(SQLModel, table=True):

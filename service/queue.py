@@ -1,16 +1,21 @@
-"""The Redis side: RQ enqueueing and every Redis key Launchbay uses, built in one place."""
+"""The Redis side: the RQ executor (`service.executor`) and every Redis key Launchbay uses,
+built in one place."""
 
 import json
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import ValidationError
 from redis import Redis
+from redis.exceptions import RedisError
 from rq import Queue
 from rq.exceptions import NoSuchJobError
 from rq.job import Job as RQJob
 from rq.job import JobStatus
 
+from service.executor import ExecutorUnavailable, TaskPlan, TaskStatus
 from service.models import Job
+from service.schemas import WorkerRecord
 
 # Referenced by name so the service never imports the worker (and torch with it).
 RUN_JOB_TASK = "worker.tasks.run_job"
@@ -31,23 +36,13 @@ def rq_job_id(job_id: str, attempt: int, node: int | None = None) -> str:
 def attempt_tasks(job: Job) -> list[tuple[str, tuple[str | int, ...]]]:
     """(RQ job id, task arguments) of each task of the job's current attempt: one for a
     single-node job, one per node (`run_job(id, attempt, node)`) when `nnodes` > 1."""
-    nnodes = int(job.spec.get("nnodes") or 1)
+    nnodes = job.job_spec().nnodes
     if nnodes == 1:
         return [(rq_job_id(job.id, job.attempt), (job.id, job.attempt))]
     return [
         (rq_job_id(job.id, job.attempt, node), (job.id, job.attempt, node))
         for node in range(nnodes)
     ]
-
-
-def cancel_key(job_id: str) -> str:
-    """Set while a cancel of the job is requested; the supervisor of its attempt polls it."""
-    return f"{KEY_PREFIX}:cancel:{job_id}"
-
-
-def heartbeat_key(job_id: str) -> str:
-    """Set with a short TTL by the worker supervising the job; gone means no worker is on it."""
-    return f"{KEY_PREFIX}:heartbeat:{job_id}"
 
 
 def worker_key(name: str) -> str:
@@ -59,7 +54,7 @@ WORKER_KEY_PATTERN = worker_key("*")
 
 
 def rq_timeout_for(job: Job, grace_s: float) -> int:
-    timeout_s = job.spec.get("timeout_s")
+    timeout_s = job.job_spec().timeout_s
     if timeout_s is None:
         return NO_RQ_TIMEOUT
     return int(timeout_s + grace_s + 120)
@@ -100,13 +95,10 @@ def drop_queued_attempt(redis: Redis, job: Job) -> None:
             continue
 
 
-def request_cancel(redis: Redis, job_id: str) -> None:
-    redis.set(cancel_key(job_id), "1", ex=7 * 24 * 3600)
-
-
-def missing_tasks(redis: Redis, jobs: Sequence[Job]) -> dict[str, list[str]]:
-    """For each job whose current attempt has tasks no worker will run, their RQ job ids: gone
-    (Redis lost its data, or never got it) or ended (a work horse died before taking it)."""
+def task_statuses(redis: Redis, jobs: Sequence[Job]) -> dict[str, list[TaskStatus]]:
+    """The RQ jobs of each job's current attempt, and whether a worker will still run each: not
+    when it is gone (Redis lost its data, or never got it) or ended (a work horse died before
+    taking it)."""
     tasks = [(job.id, rq_id) for job in jobs for rq_id, _ in attempt_tasks(job)]
     if not tasks:
         return {}
@@ -114,11 +106,11 @@ def missing_tasks(redis: Redis, jobs: Sequence[Job]) -> dict[str, list[str]]:
         for _, rq_id in tasks:
             pipe.hget(RQJob.key_for(rq_id), "status")
         statuses = pipe.execute()
-    missing: dict[str, list[str]] = {}
+    described: dict[str, list[TaskStatus]] = {}
     for (job_id, rq_id), status in zip(tasks, statuses, strict=True):
-        if status is None or status.decode() not in LIVE_RQ_STATUSES:
-            missing.setdefault(job_id, []).append(rq_id)
-    return missing
+        live = status is not None and status.decode() in LIVE_RQ_STATUSES
+        described.setdefault(job_id, []).append(TaskStatus(rq_id, live))
+    return described
 
 
 def enqueue_again(redis: Redis, job: Job, tasks: Sequence[str], *, grace_s: float) -> None:
@@ -131,9 +123,53 @@ def enqueue_again(redis: Redis, job: Job, tasks: Sequence[str], *, grace_s: floa
     enqueue_attempt(redis, job, grace_s=grace_s, only=tasks)
 
 
+class RQExecutor:
+    """The executor (`service.executor.Executor`) on Redis + RQ: a task is an RQ job on the
+    job's queue, run by `launchbay worker` (`worker.tasks.run_job`)."""
+
+    def __init__(self, redis: Redis, *, grace_s: float) -> None:
+        # grace_s: the supervisor's cancel grace, part of the RQ timeout of a task.
+        self.redis, self.grace_s = redis, grace_s
+
+    def plan(self, job: Job) -> list[TaskPlan]:
+        return [
+            TaskPlan(rq_id, job.id, job.attempt, int(args[2]) if len(args) > 2 else None)
+            for rq_id, args in attempt_tasks(job)
+        ]
+
+    def submit(self, job: Job) -> None:
+        try:
+            enqueue_attempt(self.redis, job, grace_s=self.grace_s)
+        except RedisError as exc:
+            raise ExecutorUnavailable(f"Redis: {exc}") from exc
+
+    def describe(self, jobs: Sequence[Job]) -> dict[str, list[TaskStatus]]:
+        try:
+            return task_statuses(self.redis, jobs)
+        except RedisError as exc:
+            raise ExecutorUnavailable(f"Redis: {exc}") from exc
+
+    def resubmit(self, job: Job, task_ids: Sequence[str]) -> None:
+        try:
+            enqueue_again(self.redis, job, task_ids, grace_s=self.grace_s)
+        except RedisError as exc:
+            raise ExecutorUnavailable(f"Redis: {exc}") from exc
+
+    def cancel(self, job: Job) -> None:
+        try:
+            drop_queued_attempt(self.redis, job)
+        except RedisError as exc:
+            raise ExecutorUnavailable(f"Redis: {exc}") from exc
+
+
 def save_worker_record(redis: Redis, name: str, record: dict[str, Any], ttl_s: float) -> None:
     """A worker's heartbeat: its record (JSON), kept for `ttl_s` unless refreshed."""
     redis.set(worker_key(name), json.dumps(record), px=max(1, int(ttl_s * 1000)))
+
+
+def save_worker(redis: Redis, record: WorkerRecord, ttl_s: float) -> None:
+    """`save_worker_record` of a worker's typed record."""
+    save_worker_record(redis, record.name, record.model_dump(mode="json"), ttl_s)
 
 
 def delete_worker_record(redis: Redis, name: str) -> None:
@@ -141,7 +177,7 @@ def delete_worker_record(redis: Redis, name: str) -> None:
 
 
 def read_worker_records(redis: Redis) -> list[dict[str, Any]]:
-    """The records of every worker whose heartbeat has not expired, by name."""
+    """The records of every worker whose heartbeat has not expired, by name, as stored."""
     keys = sorted(redis.scan_iter(match=WORKER_KEY_PATTERN, count=500))
     records = []
     for raw in redis.mget(keys) if keys else []:
@@ -153,4 +189,15 @@ def read_worker_records(redis: Redis) -> list[dict[str, Any]]:
             continue
         if isinstance(record, dict):
             records.append(record)
+    return records
+
+
+def load_worker_records(redis: Redis) -> list[WorkerRecord]:
+    """`read_worker_records`, typed; a record of another version, or damaged, is skipped."""
+    records = []
+    for raw in read_worker_records(redis):
+        try:
+            records.append(WorkerRecord.model_validate(raw))
+        except ValidationError:
+            continue
     return records

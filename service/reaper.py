@@ -1,13 +1,14 @@
 """The reaper: ends or retries the jobs whose worker was lost, and enqueues again the queued
-jobs whose queue entry Redis lost.
+jobs whose tasks the executor lost (for RQ: Redis lost the queue entry).
 
 It runs every `reaper_interval_s`, in a thread of the API process (unless `reaper_enabled` is
 off) and as `launchbay reaper`. Each pass:
 
 - a starting, running or cancelling job whose last heartbeat (or, before the first, its
   start) is older than `reaper_lost_after_s` has lost its worker: a cancelling one becomes
-  `cancelled`; another is retried (`service.store.requeue_job`: queued as attempt + 1, then
-  enqueued) while its `max_retries` allow, else it fails with exit reason `worker_lost`;
+  `cancelled`; another is retried (`service.store.end_attempt`: queued as attempt + 1, then
+  submitted to the executor) while its `max_retries` allow, else it fails with exit reason
+  `worker_lost`;
 - a node of a multi-node job with no heartbeat for as long ends its attempt the same way,
   while the other nodes may still heartbeat (`reap_lost_nodes`);
 - a job queued for longer than `reaper_queued_grace_s` whose attempt no worker will run (its
@@ -25,23 +26,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from redis import Redis
-from redis.exceptions import RedisError
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.states import ExitReason, JobState, NodeState
 from service.db import session_scope
+from service.executor import Executor, ExecutorUnavailable, lost_tasks, submit_retry
 from service.models import Job, utcnow
-from service.queue import enqueue_again, enqueue_attempt, missing_tasks
 from service.settings import Settings
 from service.store import (
+    commit_end,
+    end_attempt,
     find_lost_jobs,
     find_lost_nodes,
     find_queued_jobs,
     finish_node,
     queued_since,
-    requeue_job,
-    transition_job,
 )
 
 log = logging.getLogger("launchbay.reaper")
@@ -56,24 +56,35 @@ class ReapReport:
     cancelled: list[str] = field(default_factory=list)
     enqueued: list[str] = field(default_factory=list)
 
+    def add(self, job: Job | None, retried: bool) -> None:
+        """Note how a lost attempt ended: `job` as it is now."""
+        if job is None:
+            return
+        if retried:
+            self.retried.append(job.id)
+        elif job.state == JobState.CANCELLED:
+            self.cancelled.append(job.id)
+        else:
+            self.failed.append(job.id)
+
 
 def reap_once(
-    engine: Engine, redis: Redis, settings: Settings, *, now: datetime | None = None
+    engine: Engine, executor: Executor, settings: Settings, *, now: datetime | None = None
 ) -> ReapReport:
     """One pass (see the module docstring)."""
     now = now or utcnow()
     report = ReapReport()
-    reap_lost_jobs(engine, redis, settings, now, report)
-    reap_lost_nodes(engine, redis, settings, now, report)
+    reap_lost_jobs(engine, executor, settings, now, report)
+    reap_lost_nodes(engine, executor, settings, now, report)
     try:
-        enqueue_missing_attempts(engine, redis, settings, now, report)
-    except RedisError as exc:
+        resubmit_lost_tasks(engine, executor, settings, now, report)
+    except ExecutorUnavailable as exc:
         log.warning("reaper: cannot check the queues: %s", exc)
     return report
 
 
 def reap_lost_jobs(
-    engine: Engine, redis: Redis, settings: Settings, now: datetime, report: ReapReport
+    engine: Engine, executor: Executor, settings: Settings, now: datetime, report: ReapReport
 ) -> None:
     lost_before = now - timedelta(seconds=settings.reaper_lost_after_s)
     with session_scope(engine) as session:
@@ -83,47 +94,33 @@ def reap_lost_jobs(
             f"worker {job.worker or '(none yet)'} lost: no heartbeat for "
             f"{settings.reaper_lost_after_s:g} s"
         )
+        cancelling = job.state == JobState.CANCELLING
         with session_scope(engine) as session:
-            if job.state == JobState.CANCELLING:
-                if transition_job(
-                    session,
-                    job.id,
-                    JobState.CANCELLED,
-                    attempt=job.attempt,
-                    lost_before=lost_before,
-                    exit_reason=ExitReason.CANCELLED,
-                    message=f"cancelled; {message}",
-                ):
-                    log.warning("job %s: %s while cancelling; cancelled", job.id, message)
-                    report.cancelled.append(job.id)
-                continue
-            retried = requeue_job(
+            end = end_attempt(
                 session,
                 job.id,
                 job.attempt,
-                exit_reason=ExitReason.WORKER_LOST,
-                message=message,
+                JobState.CANCELLED if cancelling else JobState.FAILED,
+                exit_reason=ExitReason.CANCELLED if cancelling else ExitReason.WORKER_LOST,
+                message=f"cancelled; {message}" if cancelling else message,
                 lost_before=lost_before,
             )
-            if retried is None:
-                if transition_job(
-                    session,
-                    job.id,
-                    JobState.FAILED,
-                    attempt=job.attempt,
-                    lost_before=lost_before,
-                    exit_reason=ExitReason.WORKER_LOST,
-                    message=message,
-                ):
-                    log.warning("job %s attempt %d: %s; failed", job.id, job.attempt, message)
-                    report.failed.append(job.id)
-                continue
-        log.warning("job %s attempt %d: %s; retrying", job.id, job.attempt, message)
-        _enqueue_retry(redis, settings, retried, report)
+            commit_end(session, end)
+        if not end.recorded:
+            continue
+        outcome = "retrying" if end.retried else "cancelled" if cancelling else "failed"
+        log.warning("job %s attempt %d: %s; %s", job.id, job.attempt, message, outcome)
+        report.add(end.retried or job_now(engine, job.id), end.retried is not None)
+        submit_retry(executor, end)
+
+
+def job_now(engine: Engine, job_id: str) -> Job | None:
+    with session_scope(engine) as session:
+        return session.get(Job, job_id)
 
 
 def reap_lost_nodes(
-    engine: Engine, redis: Redis, settings: Settings, now: datetime, report: ReapReport
+    engine: Engine, executor: Executor, settings: Settings, now: datetime, report: ReapReport
 ) -> None:
     """A node of a multi-node job whose worker stopped heartbeating while its peers go on ends
     the attempt as a whole (`service.store.finish_node`): retried or failed as `worker_lost`,
@@ -144,34 +141,21 @@ def reap_lost_nodes(
                 message=message,
                 lost_before=lost_before,
             )
-            job = session.get(Job, node.job_id) if end.recorded else None
-        if job is None:
+            commit_end(session, end)
+        if not end.recorded:
             continue
         log.warning("job %s attempt %d: node %d %s", node.job_id, node.attempt, node.node, message)
-        if end.retried is not None:
-            _enqueue_retry(redis, settings, end.retried, report)
-        elif job.state == JobState.CANCELLED:
-            report.cancelled.append(job.id)
-        else:
-            report.failed.append(job.id)
+        report.add(end.retried or job_now(engine, node.job_id), end.retried is not None)
+        submit_retry(executor, end)
 
 
-def _enqueue_retry(redis: Redis, settings: Settings, job: Job, report: ReapReport) -> None:
-    report.retried.append(job.id)
-    try:
-        enqueue_attempt(redis, job, grace_s=settings.cancel_grace_s)
-    except RedisError as exc:
-        # Queued without a queue entry: a later pass enqueues it.
-        log.warning("job %s: retry not enqueued yet: %s", job.id, exc)
-
-
-def enqueue_missing_attempts(
-    engine: Engine, redis: Redis, settings: Settings, now: datetime, report: ReapReport
+def resubmit_lost_tasks(
+    engine: Engine, executor: Executor, settings: Settings, now: datetime, report: ReapReport
 ) -> None:
     grace_s = settings.reaper_queued_grace_s
     with session_scope(engine) as session:
         queued = find_queued_jobs(session, now - timedelta(seconds=grace_s))
-    missing = missing_tasks(redis, queued)
+    missing = lost_tasks(executor, queued)
     for job in queued:
         if job.id not in missing:
             continue
@@ -181,15 +165,15 @@ def enqueue_missing_attempts(
         if current is None or (current.state, current.attempt) != (JobState.QUEUED, job.attempt):
             continue
         if since is not None and since > now.timestamp() - grace_s:
-            continue  # a retry just queued: its enqueue may be on the way
-        enqueue_again(redis, current, missing[job.id], grace_s=settings.cancel_grace_s)
+            continue  # a retry just queued: its submission may be on the way
+        executor.resubmit(current, missing[job.id])
         log.warning("job %s attempt %d: queue entry lost; enqueued again", job.id, job.attempt)
         report.enqueued.append(job.id)
 
 
 def reap_until(
     engine: Engine,
-    redis: Redis,
+    executor: Executor,
     settings: Settings,
     stop: threading.Event,
     *,
@@ -207,8 +191,8 @@ def reap_until(
         )
     while not stop.is_set():
         try:
-            reap_once(engine, redis, settings)
-        except (SQLAlchemyError, RedisError) as exc:
+            reap_once(engine, executor, settings)
+        except (SQLAlchemyError, ExecutorUnavailable) as exc:
             log.warning("reaper pass failed: %s: %s", type(exc).__name__, exc)
         except Exception:
             log.exception("reaper pass failed")
@@ -218,13 +202,13 @@ def reap_until(
 class ReaperThread(threading.Thread):
     """The reaper in a daemon thread of this process (the API's)."""
 
-    def __init__(self, engine: Engine, redis: Redis, settings: Settings) -> None:
+    def __init__(self, engine: Engine, executor: Executor, settings: Settings) -> None:
         super().__init__(name="launchbay-reaper", daemon=True)
-        self.engine, self.redis, self.settings = engine, redis, settings
+        self.engine, self.executor, self.settings = engine, executor, settings
         self.halt = threading.Event()
 
     def run(self) -> None:
-        reap_until(self.engine, self.redis, self.settings, self.halt)
+        reap_until(self.engine, self.executor, self.settings, self.halt)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Ask it to stop and wait for the pass under way, if any."""
@@ -235,20 +219,22 @@ class ReaperThread(threading.Thread):
 def run_reaper(interval_s: float | None = None, once: bool = False) -> None:
     """`launchbay reaper`: run passes until interrupted (or one, with `once`)."""
     from service.db import make_engine
+    from service.queue import RQExecutor
     from service.settings import get_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = get_settings()
     engine = make_engine(settings.resolved_database_url)
     redis = Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
+    executor = RQExecutor(redis, grace_s=settings.cancel_grace_s)
     try:
         if once:
-            report = reap_once(engine, redis, settings)
+            report = reap_once(engine, executor, settings)
             log.info("reaper: %s", report)
             return
         log.info("reaper: a pass every %g s", interval_s or settings.reaper_interval_s)
         try:
-            reap_until(engine, redis, settings, threading.Event(), interval_s=interval_s)
+            reap_until(engine, executor, settings, threading.Event(), interval_s=interval_s)
         except KeyboardInterrupt:
             pass
     finally:

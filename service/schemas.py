@@ -1,11 +1,11 @@
 """Response bodies. Requests are `jobs.spec.JobSpec` (jobs) or small models beside routes."""
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, model_validator
 
-from service.models import Checkpoint, Job, JobNode, LogLine, MetricPoint
+from service.models import Checkpoint, Job, JobBase, JobNode, LogLine, MetricPoint
 
 SECRET_MASK = "***"
 
@@ -35,42 +35,30 @@ class Progress(BaseModel):
     total_steps: int | None
 
 
-class JobPublic(BaseModel):
-    id: str
-    name: str
-    state: str
-    spec: dict[str, Any]
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    attempt: int
-    exit_code: int | None
-    exit_reason: str | None
-    message: str | None
-    worker: str | None
+class JobPublic(JobBase):
+    """A job as clients see it: its row's shared fields (`JobBase`), the spec with secrets
+    masked, and its progress."""
+
+    # Every field is in every answer, defaults or not.
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)  # type: ignore[assignment]
+
     progress: Progress
     latest_metrics: dict[str, float]
 
+    @model_validator(mode="before")
     @classmethod
-    def from_row(cls, job: Job) -> "JobPublic":
-        return cls(
-            id=job.id,
-            name=job.name,
-            state=job.state,
-            spec=masked_spec(job.spec),
-            created_at=job.created_at,
-            started_at=job.started_at,
-            finished_at=job.finished_at,
-            attempt=job.attempt,
-            exit_code=job.exit_code,
-            exit_reason=job.exit_reason,
-            message=job.message,
-            worker=job.worker,
-            progress=Progress(
-                step=job.progress_step, epoch=job.progress_epoch, total_steps=job.total_steps
+    def _from_row(cls, data: Any) -> Any:
+        """Read from a `Job` row: what differs from the row, the rest as it is."""
+        if not isinstance(data, Job):
+            return data
+        return {
+            **{name: getattr(data, name) for name in JobBase.model_fields},
+            "spec": masked_spec(data.spec),
+            "progress": Progress(
+                step=data.progress_step, epoch=data.progress_epoch, total_steps=data.total_steps
             ),
-            latest_metrics=job.latest_metrics or {},
-        )
+            "latest_metrics": data.latest_metrics or {},
+        }
 
 
 def masked_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -188,6 +176,44 @@ class CheckpointPublic(BaseModel):
 
 class CheckpointsPublic(BaseModel):
     items: list[CheckpointPublic]
+
+
+class WorkerJob(BaseModel):
+    id: str
+    attempt: int
+    # The node of a multi-node job this worker runs.
+    node: int | None = None
+
+
+class WorkerPublic(BaseModel):
+    """A worker as GET /v1/workers answers: its record (`WorkerRecord`) but for what stays
+    between the workers of a host."""
+
+    name: str
+    host: str
+    pid: int
+    queues: list[str]
+    # The worker's devices (worker/devices.py): its CUDA ids, else its CPU slots, as
+    # "cpu:0" ... "cpu:<N-1>". A job may have as many ranks per node as there are.
+    devices: list[str]
+    state: Literal["idle", "busy"]
+    started_at: datetime
+    last_heartbeat: datetime
+    current_job: WorkerJob | None
+
+
+class WorkerRecord(WorkerPublic):
+    """What each `launchbay worker` keeps about itself in Redis (`worker.main`, refreshed with
+    every heartbeat, `service.queue.save_worker_record`): the workers of a host read it to
+    refuse each other's GPUs, the API answers its public part."""
+
+    # The UUIDs of its GPUs, in the order of `devices` (worker/devices.py).
+    gpu_uuids: list[str] = []
+
+
+class WorkersPublic(BaseModel):
+    # Records answered as WorkerPublic: fields of the record beyond it are not serialized.
+    items: list[WorkerPublic]
 
 
 class RecipePublic(BaseModel):

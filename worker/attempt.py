@@ -1,7 +1,8 @@
 """One attempt of a job, from `queued` to its end: take it, prepare and launch it, have it
 monitored (`worker.monitor`) with its heartbeat beside (`worker.heartbeat`), and record how it
-ended: a failure whose exit reason is retried, while the spec's `max_retries` allow, puts the
-job back to `queued` as the next attempt and enqueues it (`service.store.requeue_job`).
+ended (`service.store.end_attempt`): a failure whose exit reason is retried, while the spec's
+`max_retries` allow, puts the job back to `queued` as the next attempt, which the executor
+then submits (`service.executor.submit_retry`).
 
 Every state change is conditional (`service.store.transition_job` with the attempt), so an
 attempt that was cancelled while queued, taken by someone else or retried is left alone.
@@ -17,24 +18,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from redis import Redis
-from redis.exceptions import RedisError
 from sqlalchemy.engine import Engine
 
-from jobs.states import ExitReason, JobState, NodeState
+from jobs.states import AttemptRef, ExitReason, JobState, NodeState
 from service.db import session_scope
-from service.models import Job, utcnow
-from service.queue import cancel_key, enqueue_attempt, heartbeat_key
-from service.settings import Settings
+from service.executor import Executor, submit_retry
+from service.models import utcnow
 from service.store import (
+    AttemptEnd,
     NodeSeat,
     announce_node_failure,
+    commit_end,
+    end_attempt,
     finish_node,
     join_node,
-    requeue_job,
     take_job,
-    transition_job,
 )
+from worker.context import AttemptServices
 from worker.disk import record_job_disk_use
 from worker.heartbeat import AttemptHeartbeat
 from worker.isolation import JobUser, isolate_attempt
@@ -59,10 +59,8 @@ log = logging.getLogger(__name__)
 class AttemptResult:
     """What happened, for the caller and for tests: the outcome and whether it was recorded."""
 
-    job_id: str
-    attempt: int
+    ref: AttemptRef
     paths: RunPaths
-    node: int | None = None
     outcome: Outcome | None = None
     recorded: bool = False
     # The job was put back to `queued` as attempt + 1 instead of failing.
@@ -73,64 +71,27 @@ class AttemptResult:
 
 def record_outcome(
     engine: Engine,
-    job_id: str,
-    attempt: int,
-    outcome: Outcome,
-    *,
-    redis: Redis | None = None,
-    settings: Settings | None = None,
-) -> tuple[bool, bool]:
-    """Move the job to the outcome's state (conditionally), or retry it: (recorded, retried);
-    recorded is False when the job was no longer ours. A failure is retried only given
-    `redis` and `settings`, to enqueue the new attempt."""
-    fields: dict[str, Any] = {
-        "exit_code": outcome.exit_code,
-        "exit_reason": str(outcome.reason),
-        "message": outcome.message,
-    }
-    may_retry = outcome.state is JobState.FAILED and redis is not None and settings is not None
-
-    def write() -> tuple[bool, Job | None]:
-        with session_scope(engine) as session:
-            if may_retry:
-                retried = requeue_job(
-                    session,
-                    job_id,
-                    attempt,
-                    exit_reason=outcome.reason,
-                    exit_code=outcome.exit_code,
-                    message=outcome.message,
-                )
-                if retried is not None:
-                    return True, retried
-            if outcome.state is JobState.CANCELLED:
-                # Normally the API has already moved a running job to cancelling.
-                transition_job(session, job_id, JobState.CANCELLING, attempt=attempt)
-            return transition_job(session, job_id, outcome.state, attempt=attempt, **fields), None
-
-    return _write_outcome(write, f"recording the outcome of job {job_id}", redis, settings)
-
-
-def record_node_outcome(
-    engine: Engine,
-    job_id: str,
-    attempt: int,
-    node: int,
+    ref: AttemptRef,
     outcome: Outcome | None,
     *,
-    redis: Redis,
-    settings: Settings,
+    executor: Executor | None = None,
 ) -> tuple[bool, bool]:
-    """`record_outcome` for a node of a multi-node job (`service.store.finish_node`): the job
-    changes only when this decides the attempt. `outcome` None: the node was stopped because
-    the attempt ended elsewhere."""
+    """Record how the attempt (its node, for a multi-node job) ended, retried while the
+    database is away: (recorded, retried); recorded is False when the job was no longer ours.
 
-    def write() -> tuple[bool, Job | None]:
+    The end itself is `service.store.end_attempt` (`finish_node` for a node, which changes the
+    job only when this decides the attempt; `outcome` None: the node was stopped because the
+    attempt ended elsewhere). A failure is retried only given the `executor` that submits the
+    next attempt.
+    """
+    job_id, attempt, node = ref.job_id, ref.attempt, ref.node
+
+    def write() -> AttemptEnd:
         with session_scope(engine) as session:
-            if outcome is None:
-                end = finish_node(session, job_id, attempt, node, state=NodeState.STOPPED)
-            else:
-                end = finish_node(
+            if node is not None:
+                if outcome is None:
+                    return finish_node(session, job_id, attempt, node, state=NodeState.STOPPED)
+                return finish_node(
                     session,
                     job_id,
                     attempt,
@@ -140,33 +101,25 @@ def record_node_outcome(
                     exit_code=outcome.exit_code,
                     message=outcome.message,
                 )
-            return end.recorded, end.retried
+            assert outcome is not None
+            end = end_attempt(
+                session,
+                job_id,
+                attempt,
+                outcome.state,
+                exit_reason=outcome.reason,
+                exit_code=outcome.exit_code,
+                message=outcome.message,
+                retry=executor is not None,
+            )
+            return commit_end(session, end)
 
-    return _write_outcome(
-        write, f"recording how node {node} of job {job_id} ended", redis, settings
-    )
-
-
-def _write_outcome(
-    write: Callable[[], tuple[bool, Job | None]],
-    what: str,
-    redis: Redis | None,
-    settings: Settings | None,
-) -> tuple[bool, bool]:
-    """Run `write` (retried while the database is away): (recorded, retried); a job it queued
-    again as its next attempt is enqueued."""
-    written = retry_db(write, what)
-    if written is None:
+    end = retry_db(write, f"recording how {ref} ended")
+    if end is None:
         return False, False
-    recorded, retried = written
-    if retried is not None and redis is not None and settings is not None:
-        log.info("job %s: attempt %d failed; retrying", retried.id, retried.attempt - 1)
-        try:
-            enqueue_attempt(redis, retried, grace_s=settings.cancel_grace_s)
-        except RedisError as exc:
-            # Queued without a queue entry: the reaper enqueues it.
-            log.warning("job %s: retry not enqueued (the reaper will): %s", retried.id, exc)
-    return recorded, retried is not None
+    if executor is not None:
+        submit_retry(executor, end)
+    return end.recorded, end.retried is not None
 
 
 def _with_notes(outcome: Outcome, notes: str | None) -> Outcome:
@@ -180,175 +133,136 @@ def _with_notes(outcome: Outcome, notes: str | None) -> Outcome:
 class TakenAttempt:
     """An attempt this worker has taken (a node it has joined): what running it needs."""
 
-    job_id: str
-    attempt: int
-    node: int | None
+    ref: AttemptRef
     worker_name: str
     spec: dict[str, Any]
     rendezvous: Rendezvous | None
 
 
 def run_attempt(
-    engine: Engine,
-    redis: Redis,
-    settings: Settings,
-    job_id: str,
-    attempt: int,
+    services: AttemptServices,
+    ref: AttemptRef,
     *,
     worker_name: str,
-    node: int | None = None,
     cuda: CudaInfo | None = None,
 ) -> AttemptResult | None:
-    """Take attempt `attempt` of job `job_id` (join it as node `node`, for a multi-node job),
-    run it to its end and record how it ended (`take_attempt`, then `run_taken`).
+    """Take the attempt (join it as its node, for a multi-node job), run it to its end and
+    record how it ended (`take_attempt`, then `run_taken`).
 
     Returns None, having done nothing, when the job is not `queued` at that attempt any more
     (cancelled while queued, or taken by another worker), or the node cannot join it.
     """
-    taken = take_attempt(engine, settings, job_id, attempt, node=node, worker_name=worker_name)
+    taken = take_attempt(services, ref, worker_name=worker_name)
     if taken is None:
         return None
-    return run_taken(engine, redis, settings, taken, cuda=cuda)
+    return run_taken(services, taken, cuda=cuda)
 
 
 def take_attempt(
-    engine: Engine,
-    settings: Settings,
-    job_id: str,
-    attempt: int,
-    *,
-    node: int | None,
-    worker_name: str,
+    services: AttemptServices, ref: AttemptRef, *, worker_name: str
 ) -> TakenAttempt | None:
-    """Take the attempt (queued → starting), or join it as node `node`; None, having changed
+    """Take the attempt (queued → starting), or join it as its node; None, having changed
     nothing, when it is not to be run. The worker does this before it forks the work horse
     that runs the attempt (`worker.main`), with its own warm database connection."""
+    settings = services.settings
     now = utcnow()
     seat: NodeSeat | None = None
-    with session_scope(engine) as session:
-        if node is None:
+    with session_scope(services.engine) as session:
+        if ref.node is None:
             spec = take_job(
-                session, job_id, attempt, worker=worker_name, started_at=now, last_heartbeat=now
+                session,
+                ref.job_id,
+                ref.attempt,
+                worker=worker_name,
+                started_at=now,
+                last_heartbeat=now,
             )
         else:
             host = settings.worker_host
             seat = join_node(
                 session,
-                job_id,
-                attempt,
-                node,
+                ref.job_id,
+                ref.attempt,
+                ref.node,
                 worker=worker_name,
                 host=host,
                 endpoint=f"{host}:{free_port('')}",
             )
             spec = seat.spec if seat is not None else None
     if spec is None:
-        log.info(
-            "job %s attempt %d node %s: not to be run any more; skipped", job_id, attempt, node
-        )
+        log.info("%s: not to be run any more; skipped", ref)
         return None
-    if seat is None or node is None:
-        return TakenAttempt(job_id, attempt, None, worker_name, spec, None)
+    if seat is None or ref.node is None:
+        return TakenAttempt(ref, worker_name, spec, None)
     rendezvous = Rendezvous(
         endpoint=seat.endpoint,
         is_host=seat.is_host,
         local_addr=settings.worker_host,
-        timeout_s=seat.spec.get("rendezvous_timeout_s") or settings.rendezvous_timeout_s,
-        node=node,
+        timeout_s=seat.rendezvous_timeout_s or settings.rendezvous_timeout_s,
+        node=ref.node,
     )
-    return TakenAttempt(job_id, attempt, node, worker_name, seat.spec, rendezvous)
+    return TakenAttempt(ref, worker_name, seat.spec, rendezvous)
 
 
 def run_taken(
-    engine: Engine,
-    redis: Redis,
-    settings: Settings,
-    taken: TakenAttempt,
-    *,
-    cuda: CudaInfo | None = None,
+    services: AttemptServices, taken: TakenAttempt, *, cuda: CudaInfo | None = None
 ) -> AttemptResult:
     """Run a taken attempt to its end and record how it ended."""
-    job_id, attempt, node, worker_name = taken.job_id, taken.attempt, taken.node, taken.worker_name
-    paths = RunPaths.for_attempt(settings.data_dir.resolve(), job_id, attempt, node)
-    result = AttemptResult(job_id, attempt, paths, node)
+    ref, settings = taken.ref, services.settings
+    paths = RunPaths.for_attempt(settings.data_dir.resolve(), ref.job_id, ref.attempt, ref.node)
+    result = AttemptResult(ref, paths)
     heartbeat = AttemptHeartbeat(
-        engine,
-        redis,
-        job_id=job_id,
-        attempt=attempt,
-        worker_name=worker_name,
-        interval_s=settings.heartbeat_interval_s,
-        node=node,
+        services.engine, ref, interval_s=settings.heartbeat_interval_s
     ).start()
     try:
-        _run(engine, redis, settings, result, taken, heartbeat, cuda)
-        if node is not None:
-            result.recorded, result.retried = record_node_outcome(
-                engine, job_id, attempt, node, result.outcome, redis=redis, settings=settings
-            )
-            if result.recorded:
-                _forget_keys(redis, job_id)
-            return result
-        if result.outcome is None:
-            return result  # taken away: its keys may be a later attempt's now
-        _forget_keys(redis, job_id)
+        _run(services, result, taken, heartbeat, cuda)
+        if ref.node is None and result.outcome is None:
+            return result  # taken away
         result.recorded, result.retried = record_outcome(
-            engine, job_id, attempt, result.outcome, redis=redis, settings=settings
+            services.engine, ref, result.outcome, executor=services.executor
         )
-        if not result.recorded:
+        if ref.node is None and not result.recorded:
             log.warning(
-                "job %s was moved by someone else; outcome %s not recorded", job_id, result.outcome
+                "%s was moved by someone else; outcome %s not recorded", ref, result.outcome
             )
     finally:
         heartbeat.stop()
-        record_job_disk_use(engine, job_id, paths.data_dir)
+        record_job_disk_use(services.engine, ref.job_id, paths.data_dir)
         if not result.survivors:
-            remove_note(paths.data_dir, job_id, attempt, node)
+            remove_note(paths.data_dir, ref.job_id, ref.attempt, ref.node)
     return result
 
 
-def abandon(engine: Engine, redis: Redis, settings: Settings, taken: TakenAttempt) -> None:
+def abandon(services: AttemptServices, taken: TakenAttempt) -> None:
     """Give up an attempt taken but never started, because the worker is shutting down: it
     ends as `worker_lost` (retried while `max_retries` allow), like one stopped mid-run."""
-    message = f"worker {taken.worker_name} shut down before the job started"
-    _record_lost(engine, redis, settings, taken.job_id, taken.attempt, taken.node, message)
+    _record_lost(
+        services, taken.ref, f"worker {taken.worker_name} shut down before the job started"
+    )
 
 
-def _record_lost(
-    engine: Engine,
-    redis: Redis,
-    settings: Settings,
-    job_id: str,
-    attempt: int,
-    node: int | None,
-    message: str,
-) -> None:
+def _record_lost(services: AttemptServices, ref: AttemptRef, message: str) -> None:
     lost = Outcome(JobState.FAILED, ExitReason.WORKER_LOST, None, message)
-    if node is None:
-        record_outcome(engine, job_id, attempt, lost, redis=redis, settings=settings)
-    else:
-        record_node_outcome(engine, job_id, attempt, node, lost, redis=redis, settings=settings)
+    record_outcome(services.engine, ref, lost, executor=services.executor)
 
 
 def _run(
-    engine: Engine,
-    redis: Redis,
-    settings: Settings,
+    services: AttemptServices,
     result: AttemptResult,
     taken: TakenAttempt,
     heartbeat: AttemptHeartbeat,
     cuda: CudaInfo | None,
 ) -> None:
     """Prepare, launch and monitor the attempt; its outcome (or None) goes into `result`."""
-    job_id, attempt, paths, node = result.job_id, result.attempt, result.paths, result.node
+    ref, paths, settings = result.ref, result.paths, services.settings
     job_user: JobUser | None = None
     try:
         spec = parse_spec(taken.spec)
         plan = prepare_attempt(
-            engine,
+            services.engine,
             spec=spec,
-            job_id=job_id,
-            attempt=attempt,
+            job_id=ref.job_id,
+            attempt=ref.attempt,
             paths=paths,
             code_store=settings.code_dir,
             cuda=cuda or detect_cuda(),
@@ -356,24 +270,22 @@ def _run(
             rendezvous=taken.rendezvous,
         )
         job_user = isolate_attempt(
-            paths, job_id, pool_size=settings.job_users, lease_dir=settings.job_user_lease_dir
+            paths, ref.job_id, pool_size=settings.job_users, lease_dir=settings.job_user_lease_dir
         )
         if job_user is not None:
             plan = replace(plan, env={**plan.env, **job_user.env(paths)})
-        leave_note(paths.data_dir, job_id, attempt, paths.pids_file, node)
+        leave_note(paths.data_dir, ref.job_id, ref.attempt, paths.pids_file, ref.node)
         monitor = AttemptMonitor(
-            engine,
-            redis,
+            services.engine,
             settings,
-            job_id=job_id,
-            attempt=attempt,
+            ref,
             spec=spec,
             plan=plan,
             paths=paths,
             worker_name=taken.worker_name,
             heartbeat=heartbeat,
             rendezvous=taken.rendezvous,
-            announce=None if node is None else _announcer(engine, result),
+            announce=None if ref.node is None else _announcer(services.engine, ref),
             job_user=job_user,
         )
         result.outcome, result.survivors = monitor.run()
@@ -385,16 +297,16 @@ def _run(
         result.outcome = Outcome(JobState.FAILED, ExitReason.LAUNCH_ERROR, None, str(exc))
     except BaseException as exc:
         message = f"the worker failed while supervising the job: {type(exc).__name__}: {exc}"
-        _record_lost(engine, redis, settings, job_id, attempt, node, message)
+        _record_lost(services, ref, message)
         raise
     finally:
         if job_user is not None:
             job_user.release()
 
 
-def _announcer(engine: Engine, result: AttemptResult) -> Callable[[Outcome], None]:
+def _announcer(engine: Engine, ref: AttemptRef) -> Callable[[Outcome], None]:
     """What a node of a multi-node job calls before it stops its processes for a failure."""
-    job_id, attempt, node = result.job_id, result.attempt, result.node
+    node = ref.node
     assert node is not None
 
     def announce(outcome: Outcome) -> None:
@@ -402,20 +314,13 @@ def _announcer(engine: Engine, result: AttemptResult) -> Callable[[Outcome], Non
             with session_scope(engine) as session:
                 announce_node_failure(
                     session,
-                    job_id,
-                    attempt,
+                    ref.job_id,
+                    ref.attempt,
                     node,
                     exit_reason=outcome.reason,
                     message=outcome.message or str(outcome.reason),
                 )
 
-        retry_db(write, f"announcing the failure of node {node} of job {job_id}", tries=2)
+        retry_db(write, f"announcing the failure of {ref}", tries=2)
 
     return announce
-
-
-def _forget_keys(redis: Redis, job_id: str) -> None:
-    try:
-        redis.delete(cancel_key(job_id), heartbeat_key(job_id))
-    except RedisError:
-        log.warning("job %s: could not delete its Redis keys", job_id, exc_info=True)

@@ -12,7 +12,8 @@ A reported file is registered when it
 - is still the same file after its sha256 was computed.
 
 Retention keeps the last `keep_last` checkpoints of the job (every attempt) plus the best by
-`best_metric`; rows go first, then files, so no row ever points at a deleted file.
+`best_metric`; rows are retired first (kept, marked deleted, with a `checkpoint_deleted`
+event), then files deleted, so no live row ever points at a deleted file.
 """
 
 import hashlib
@@ -29,7 +30,8 @@ from pathlib import Path, PurePosixPath
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from jobs.spec import CheckpointPolicy
+from jobs.contract.checkpoints import CheckpointPolicy
+from jobs.states import AttemptRef
 from service.db import session_scope
 from service.models import Checkpoint
 from service.store import (
@@ -124,16 +126,12 @@ def sha256_file(path: Path) -> str:
 
 
 def select_retained(checkpoints: Sequence[Checkpoint], policy: CheckpointPolicy) -> set[str]:
-    """Ids to keep: the last `keep_last` by seq, plus the best by `best_metric` (latest on ties)."""
+    """Ids to keep: the last `keep_last` by seq, plus the best (`CheckpointPolicy.best`)."""
     ordered = sorted(checkpoints, key=lambda c: c.seq)
     keep = {c.id for c in ordered[-policy.keep_last :]}
-    metric = policy.best_metric
-    if metric:
-        scored = [c for c in ordered if isinstance((c.metrics or {}).get(metric), int | float)]
-        if scored:
-            sign = 1.0 if policy.best_mode == "min" else -1.0
-            best = min(scored, key=lambda c: (sign * float(c.metrics[metric]), -c.seq))
-            keep.add(best.id)
+    best = policy.best(ordered, metrics=lambda c: c.metrics, seq=lambda c: c.seq)
+    if best is not None:
+        keep.add(best.id)
     return keep
 
 
@@ -151,8 +149,7 @@ class CheckpointRegistrar:
     def __init__(
         self,
         engine: Engine,
-        job_id: str,
-        attempt: int,
+        ref: AttemptRef,
         *,
         data_dir: Path,
         checkpoint_dir: Path,
@@ -160,8 +157,7 @@ class CheckpointRegistrar:
         settle_s: float = 0.5,
     ) -> None:
         self.engine = engine
-        self.job_id = job_id
-        self.attempt = attempt
+        self.job_id, self.attempt = ref.job_id, ref.attempt
         self.data_dir = data_dir.resolve()
         self.checkpoint_dir = checkpoint_dir
         self.policy = policy
@@ -248,8 +244,14 @@ class CheckpointRegistrar:
             with session_scope(self.engine) as session:
                 rows = list_checkpoints(session, self.job_id)
                 keep = select_retained(rows, self.policy)
-                dropped = [c for c in rows if c.id not in keep]
-                delete_checkpoints(session, self.job_id, [c.id for c in dropped])
+                dropped = delete_checkpoints(
+                    session, self.job_id, self.attempt, [c.id for c in rows if c.id not in keep]
+                )
+        except AttemptSuperseded:
+            log.warning(
+                "job %s: attempt %d superseded; retention skipped", self.job_id, self.attempt
+            )
+            return
         except SQLAlchemyError:
             log.warning("job %s: checkpoint retention failed", self.job_id, exc_info=True)
             return

@@ -1,53 +1,39 @@
 """The heartbeat of one attempt, from a thread of its own.
 
-Every `interval_s` it sets the job's Redis heartbeat key (a short TTL) and the job's
-`last_heartbeat` in the database, and its node's for a node of a multi-node job (only while the
-job is active at this attempt), and keeps the state it read back. A thread, not a step of the
+Every `interval_s` it sets the job's `last_heartbeat` in the database, and its node's for a
+node of a multi-node job (only while the job is active at this attempt), and keeps the state
+it read back. The reaper reads `last_heartbeat` to find lost attempts. A thread, not a step of the
 supervisor loop, so that nothing the loop waits on (a slow checksum of a large checkpoint, the
 cancel grace, the final ingestion) lets the reaper take a live attempt for lost.
 
 The supervisor reads `lost` (the job is no longer this attempt's: retried, ended or cancelled
-elsewhere, deleted) and `cancelling` (a cancel whose Redis key may have been lost).
+elsewhere, deleted) and `cancelling` (the job's state, the channel a cancel arrives by, as of
+the last beat; the supervisor also reads it more often itself).
 """
 
 import logging
 import threading
 
-from redis import Redis
-from redis.exceptions import RedisError
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from jobs.states import JobState
+from jobs.states import AttemptRef, JobState
 from service.db import session_scope
-from service.queue import heartbeat_key
 from service.store import touch_job_heartbeat
 
 log = logging.getLogger(__name__)
 
 
 class AttemptHeartbeat:
-    def __init__(
-        self,
-        engine: Engine,
-        redis: Redis,
-        *,
-        job_id: str,
-        attempt: int,
-        worker_name: str,
-        interval_s: float,
-        node: int | None = None,
-    ) -> None:
-        self.engine, self.redis = engine, redis
-        self.job_id, self.attempt, self.worker_name = job_id, attempt, worker_name
-        self.node = node
+    def __init__(self, engine: Engine, ref: AttemptRef, *, interval_s: float) -> None:
+        self.engine, self.ref = engine, ref
         self.interval_s = interval_s
         self.state: JobState | None = JobState.STARTING
         self.lost = False
         self.beats = 0
         self._halt = threading.Event()
         self._thread = threading.Thread(
-            target=self._run, name=f"heartbeat-{job_id}-{attempt}", daemon=True
+            target=self._run, name=f"heartbeat-{ref.job_id}-{ref.attempt}", daemon=True
         )
 
     @property
@@ -69,21 +55,15 @@ class AttemptHeartbeat:
 
     def beat(self) -> None:
         """One heartbeat (also called directly by tests)."""
-        ttl_s = max(1, int(3 * self.interval_s + 1))
-        try:
-            self.redis.set(heartbeat_key(self.job_id), self.worker_name, ex=ttl_s)
-        except RedisError as exc:
-            log.warning("job %s: heartbeat to Redis failed: %s", self.job_id, exc)
+        ref = self.ref
         try:
             with session_scope(self.engine) as session:
-                state = touch_job_heartbeat(session, self.job_id, self.attempt, self.node)
+                state = touch_job_heartbeat(session, ref.job_id, ref.attempt, ref.node)
         except SQLAlchemyError as exc:
-            log.warning("job %s: heartbeat to the database failed: %s", self.job_id, exc)
+            log.warning("%s: heartbeat to the database failed: %s", ref, exc)
             return
         self.beats += 1
         self.state = state
         if state is None and not self.lost:
-            log.warning(
-                "job %s: attempt %d is no longer the job's to run", self.job_id, self.attempt
-            )
+            log.warning("%s is no longer the job's to run", ref)
             self.lost = True

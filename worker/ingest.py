@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from jobs.states import AttemptRef
 from service.db import session_scope
 from service.store import AttemptSuperseded, NewLogLine, NewMetricPoint, append_output
 from worker.events import (
@@ -112,19 +113,17 @@ class Ingestor:
     def __init__(
         self,
         engine: Engine,
-        job_id: str,
-        attempt: int,
+        ref: AttemptRef,
         *,
         log_dir: Path,
         events_file: Path,
         max_line_bytes: int,
         on_checkpoint: Callable[[CheckpointEvent], None],
-        node: int = 0,
     ) -> None:
         self.engine = engine
-        self.node = node
-        self.job_id = job_id
-        self.attempt = attempt
+        # Log lines name their node: 0 for a single-node job.
+        self.node = ref.node or 0
+        self.job_id, self.attempt = ref.job_id, ref.attempt
         self.log_dir = log_dir
         self.max_line_bytes = max_line_bytes
         self.events = LineReader(events_file, max_line_bytes=1 << 20)

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.contract import env as rank_env
 from jobs.spec import DEVICE_ENV, LAUNCHER_ENV, JobSpec
 from jobs.startup_env import is_startup_env
 
@@ -29,9 +30,9 @@ RANK_ENTRY = Path(__file__).resolve().with_name("rank_main.py")
 # Isolated mode: PYTHON* variables and the user site ignored, nothing unsafe on sys.path.
 ISOLATED = "-I"
 LOCALHOST = "127.0.0.1"
-COLLECTIVE_TIMEOUT_ENV = "LAUNCHBAY_COLLECTIVE_TIMEOUT_S"
+COLLECTIVE_TIMEOUT_ENV = rank_env.COLLECTIVE_TIMEOUT_S
 # Which node of a multi-node job a rank runs on (our node index, not torchrun's GROUP_RANK).
-NODE_ENV = "LAUNCHBAY_NODE"
+NODE_ENV = rank_env.NODE
 # torchrun's rendezvous store, shared with the ranks by default, keeps the process group's keys
 # across elastic restarts: a restarted rank could read a dead peer's gloo address ("Gloo
 # connectFullMesh failed ... Connection refused"). Off, rank 0 hosts a fresh store each round.
@@ -252,25 +253,25 @@ def build_env(
     uses_cuda = spec.uses_cuda(cuda_available)
     if not uses_cuda and "OMP_NUM_THREADS" not in spec.env:
         env["OMP_NUM_THREADS"] = "1"
-    env.pop("LAUNCHBAY_RESUME_FROM", None)
+    env.pop(rank_env.RESUME_FROM, None)
     env.pop(NODE_ENV, None)
     env.update(
         {
             "PYTHONUNBUFFERED": "1",
-            "LAUNCHBAY_JOB_ID": job_id,
-            "LAUNCHBAY_ATTEMPT": str(attempt),
-            "LAUNCHBAY_EVENTS_FILE": str(paths.events_file),
-            "LAUNCHBAY_CHECKPOINT_DIR": str(paths.checkpoint_dir),
-            "LAUNCHBAY_LOG_DIR": str(paths.log_dir),
-            "LAUNCHBAY_CONFIG": json.dumps(spec.config, separators=(",", ":")),
-            "LAUNCHBAY_AMP": spec.amp,
-            "LAUNCHBAY_DEVICE": "cuda" if uses_cuda else "cpu",
-            "LAUNCHBAY_BACKEND": spec.resolved_backend(cuda_available),
-            "LAUNCHBAY_CHECKPOINT": spec.checkpoint.model_dump_json(),
+            rank_env.JOB_ID: job_id,
+            rank_env.ATTEMPT: str(attempt),
+            rank_env.EVENTS_FILE: str(paths.events_file),
+            rank_env.CHECKPOINT_DIR: str(paths.checkpoint_dir),
+            rank_env.LOG_DIR: str(paths.log_dir),
+            rank_env.CONFIG: json.dumps(spec.config, separators=(",", ":")),
+            rank_env.AMP: spec.amp,
+            rank_env.DEVICE: "cuda" if uses_cuda else "cpu",
+            rank_env.BACKEND: spec.resolved_backend(cuda_available),
+            rank_env.CHECKPOINT: spec.checkpoint.model_dump_json(),
         }
     )
     if resume_from is not None:
-        env["LAUNCHBAY_RESUME_FROM"] = str(resume_from)
+        env[rank_env.RESUME_FROM] = str(resume_from)
     if spec.launcher == "torchrun" and FRESH_STORE_ENV not in spec.env:
         env[FRESH_STORE_ENV] = "1"
     if COLLECTIVE_TIMEOUT_ENV not in spec.env:

@@ -48,8 +48,9 @@ from service.queue import (
     RUN_JOB_TASK,
     delete_worker_record,
     read_worker_records,
-    save_worker_record,
+    save_worker,
 )
+from service.schemas import WorkerJob, WorkerRecord
 from service.settings import Settings, get_settings
 from worker import tasks
 from worker.devices import (
@@ -85,14 +86,12 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def current_job(args: Sequence[Any]) -> dict[str, Any] | None:
+def current_job(args: Sequence[Any]) -> WorkerJob | None:
     """What GET /v1/workers shows of a task `run_job(id, attempt[, node])` being run."""
     if len(args) not in (2, 3):
         return None
-    job: dict[str, Any] = {"id": str(args[0]), "attempt": int(args[1])}
-    if len(args) == 3 and args[2] is not None:
-        job["node"] = int(args[2])
-    return job
+    node = int(args[2]) if len(args) == 3 and args[2] is not None else None
+    return WorkerJob(id=str(args[0]), attempt=int(args[1]), node=node)
 
 
 class LaunchbayWorker(Worker):
@@ -112,7 +111,7 @@ class LaunchbayWorker(Worker):
         self.main_pid = os.getpid()
         self.started = utcnow()
         # The job of the running task: {"id", "attempt"} and, for a multi-node job, "node".
-        self.current: dict[str, Any] | None = None
+        self.current: WorkerJob | None = None
         # The RQ job whose bookkeeping this worker did before forking its horse.
         self.prepared_job_id: str | None = None
         self.stopping = False
@@ -143,9 +142,7 @@ class LaunchbayWorker(Worker):
         self.save_record()
         if self.current is not None:
             # Taken here, warm, for the horse forked next (`worker.tasks.claim`).
-            tasks.claim(
-                self.current["id"], self.current["attempt"], self.current.get("node"), self.name
-            )
+            tasks.claim(self.current.id, self.current.attempt, self.current.node, self.name)
         try:
             super().execute_job(job, queue)
         except RedisError as exc:
@@ -181,20 +178,20 @@ class LaunchbayWorker(Worker):
         gc.collect()
         tasks.spare_pools()
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> WorkerRecord:
         current = self.current
-        return {
-            "name": self.name,
-            "host": self.host,
-            "pid": self.main_pid,
-            "queues": self.queue_names(),
-            "devices": list(self.devices),
-            "gpu_uuids": list(self.gpu_uuids),
-            "state": "busy" if current else "idle",
-            "started_at": self.started.isoformat(),
-            "last_heartbeat": utcnow().isoformat(),
-            "current_job": current,
-        }
+        return WorkerRecord(
+            name=self.name,
+            host=self.host,
+            pid=self.main_pid,
+            queues=self.queue_names(),
+            devices=list(self.devices),
+            gpu_uuids=list(self.gpu_uuids),
+            state="busy" if current else "idle",
+            started_at=self.started,
+            last_heartbeat=utcnow(),
+            current_job=current,
+        )
 
     def save_record(self) -> None:
         try:
@@ -239,7 +236,7 @@ class LaunchbayWorker(Worker):
 
     def save_record_or_raise(self) -> None:
         ttl_s = max(15.0, 3 * self.heartbeat_interval_s)
-        save_worker_record(self.connection, self.name, self.record(), ttl_s)
+        save_worker(self.connection, self.record(), ttl_s)
 
     def teardown(self) -> None:
         try:

@@ -8,7 +8,8 @@ Every `Settings.worker_poll_s`:
     longer ours / timeout / hang / cancel?
 
 The attempt's heartbeat runs beside the loop (`worker.heartbeat`); what it reads back (the job
-taken away, or cancelling) is one of the reasons to stop.
+taken away, or cancelling) is one of the reasons to stop. A cancel arrives by one channel: the
+job's `cancelling` state, which the loop also reads itself every `CANCEL_CHECK_S`.
 
 Whatever ends the loop, every process of the job is stopped before it returns (a cancelled
 job is `cancelled` only once nothing of it runs). Each database write is a short session of
@@ -22,20 +23,18 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import TypeVar
 
-from redis import Redis
-from redis.exceptions import RedisError
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.spec import JobSpec
-from jobs.states import ExitReason, JobState
+from jobs.states import AttemptRef, ExitReason, JobState
 from service.db import session_scope
-from service.queue import cancel_key
 from service.settings import Settings
 from service.store import (
     AttemptSuperseded,
     add_attempt_event,
     mark_node_running,
+    read_job_state,
     transition_job,
 )
 from worker.cgroups import JobCgroup, cgroup_name
@@ -56,9 +55,8 @@ from worker.supervise import (
 log = logging.getLogger(__name__)
 
 PROCESS_SCAN_S = 5.0
-REDIS_RETRY_S = 2.0
-# How often the cancel key is read: each read is a Redis round trip, taken from the ranks' CPU
-# time on a busy node, so not every poll.
+# How often the job's state is read for a cancel: each read is a database round trip, taken
+# from the ranks' CPU time on a busy node, so not every poll.
 CANCEL_CHECK_S = 0.5
 SUPERVISOR_NICENESS = 10
 T = TypeVar("T")
@@ -108,11 +106,9 @@ class AttemptMonitor:
     def __init__(
         self,
         engine: Engine,
-        redis: Redis,
         settings: Settings,
+        ref: AttemptRef,
         *,
-        job_id: str,
-        attempt: int,
         spec: JobSpec,
         plan: LaunchPlan,
         paths: RunPaths,
@@ -125,18 +121,18 @@ class AttemptMonitor:
         """`rendezvous` (with `announce`) for a node of a multi-node job: `announce` is called
         with the outcome of a failing stop before the processes are stopped, so the attempt
         ends with this cause rather than with what the other nodes' ranks see next."""
-        self.engine, self.redis, self.settings = engine, redis, settings
+        self.engine, self.settings = engine, settings
         self.job_user = job_user
         self.heartbeat = heartbeat
-        self.job_id, self.attempt, self.spec = job_id, attempt, spec
+        self.ref, self.spec = ref, spec
+        self.job_id, self.attempt = ref.job_id, ref.attempt
         self.plan, self.paths, self.worker_name = plan, paths, worker_name
         self.node = rendezvous.node if rendezvous is not None else None
         self.rendezvous_timeout_s = rendezvous.timeout_s if rendezvous is not None else None
         self.announce = announce
         self.registrar = CheckpointRegistrar(
             engine,
-            job_id,
-            attempt,
+            ref,
             data_dir=paths.data_dir,
             checkpoint_dir=paths.checkpoint_dir,
             policy=spec.checkpoint,
@@ -144,17 +140,14 @@ class AttemptMonitor:
         )
         self.ingestor = Ingestor(
             engine,
-            job_id,
-            attempt,
+            ref,
             log_dir=paths.log_dir,
             events_file=paths.events_file,
             max_line_bytes=settings.max_log_line_bytes,
             on_checkpoint=self.registrar.add,
-            node=self.node or 0,
         )
         self.running = False
         self.restarts = 0
-        self.redis_retry_at = 0.0  # while Redis is away: when to try it again
         self.next_cancel_check = 0.0
         self.tree: ProcessTree | None = None
         self.survivors: list[int] = []
@@ -290,22 +283,21 @@ class AttemptMonitor:
         ):
             return StopReason.HANG
         if self.heartbeat.cancelling:
-            return StopReason.CANCEL  # a cancel whose Redis key got lost
-        if now < max(self.redis_retry_at, self.next_cancel_check):
+            return StopReason.CANCEL
+        if now < self.next_cancel_check:
             return None
         self.next_cancel_check = now + CANCEL_CHECK_S
+        return StopReason.CANCEL if self._read_state() is JobState.CANCELLING else None
+
+    def _read_state(self) -> JobState | None:
+        """The job's state while at this attempt; None when unknown (the database is away: the
+        heartbeat goes on reading it)."""
         try:
-            cancel = self.redis.exists(cancel_key(self.job_id))
-        except RedisError as exc:
-            # Retried a little later; the heartbeat still sees a cancel in the database.
-            if not self.redis_retry_at:
-                log.warning("job %s: cannot read the cancel key: %s", self.job_id, exc)
-            self.redis_retry_at = now + REDIS_RETRY_S
+            with session_scope(self.engine) as session:
+                return read_job_state(session, self.job_id, self.attempt)
+        except SQLAlchemyError as exc:
+            log.warning("%s: cannot read the job's state: %s", self.ref, exc)
             return None
-        if self.redis_retry_at:
-            log.info("job %s: Redis answers again", self.job_id)
-            self.redis_retry_at = 0.0
-        return StopReason.CANCEL if cancel else None
 
     def _runs_rank_0(self) -> bool:
         """Whether rank 0, the one that reports progress, runs here: always on a single node;

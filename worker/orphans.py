@@ -27,6 +27,7 @@ from pathlib import Path
 
 import psutil
 
+from jobs.contract import env as rank_env
 from worker.cgroups import JobCgroup, cgroup_name
 from worker.launch import NODE_ENV
 
@@ -115,8 +116,8 @@ def attempt_processes(note: SupervisorNote) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
         if (
-            env.get("LAUNCHBAY_JOB_ID") == note.job_id
-            and env.get("LAUNCHBAY_ATTEMPT") == str(note.attempt)
+            env.get(rank_env.JOB_ID) == note.job_id
+            and env.get(rank_env.ATTEMPT) == str(note.attempt)
             and env.get(NODE_ENV) == (None if note.node is None else str(note.node))
         ):
             found.append(proc)

@@ -1,7 +1,8 @@
 """The training loop the built-in recipes share (imports torch; used inside the ranks).
 
 A recipe builds its data, model and optimizer, then hands them to fit(), which owns the
-loop's state (step, epoch, sampler position) and the Launchbay duties: resume from
+loop's state (step, epoch, sampler position: one `TrainState`, saved and restored) and the
+Launchbay duties: resume from
 LAUNCHBAY_RESUME_FROM, AMP, reporting the rank-averaged loss and the held-out metrics,
 and checkpointing per LAUNCHBAY_CHECKPOINT and at the end.
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -39,6 +41,147 @@ def plan_total_steps(batches_per_epoch: int, epochs: int, steps: int | None) -> 
     return steps if steps is not None else epochs * batches_per_epoch
 
 
+@dataclass
+class TrainState:
+    """Where a run is: optimizer steps done, the epoch under way, and how many batches of it
+    this rank has consumed. The trainer keeps it in this one object, saves it into every
+    checkpoint (`state_dict`, the checkpoint's `step`, `epoch` and `sampler_position`) and
+    restores it from the one it resumes from."""
+
+    step: int = 0
+    epoch: int = 1
+    position: int = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"step": self.step, "epoch": self.epoch, "sampler_position": self.position}
+
+    def load_state_dict(self, checkpoint: Mapping[str, Any], batches_per_epoch: int) -> None:
+        """Restore from a checkpoint: at an epoch's end, the next epoch starts."""
+        self.step = int(checkpoint["step"])
+        self.epoch, self.position = lb.resume_position(checkpoint, batches_per_epoch)
+
+
+@dataclass
+class Trainer:
+    """The loop of `fit` and the state it owns (see `fit`)."""
+
+    ctx: DistContext
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    train_loader: DataLoader[Any]
+    loss_fn: LossFn
+    evaluate: EvalFn
+    total_steps: int
+    log_every_steps: int
+    scheduler: Any | None = None
+    after_step: StepHook | None = None
+    extra: dict[str, Any] | None = None
+    state: TrainState = field(default_factory=TrainState)
+
+    def __post_init__(self) -> None:
+        self.batches_per_epoch = lb.batches_per_epoch(self.train_loader)
+        self.scaler = lb.make_grad_scaler(device=self.ctx.device)
+        self.window_loss = torch.zeros((), device=self.ctx.device)
+        self.window_steps = 0
+
+    def resume(self) -> None:
+        """Load LAUNCHBAY_RESUME_FROM, if set, into the model, optimizer... and the state."""
+        checkpoint = lb.load_resume_state()
+        if checkpoint is None:
+            return
+        lb.restore(checkpoint, self.model, self.optimizer, self.scheduler, self.scaler)
+        self.state.load_state_dict(checkpoint, self.batches_per_epoch)
+        state = self.state
+        say(
+            self.ctx,
+            f"resumed at step {state.step}: epoch {state.epoch}, skipping {state.position} batches",
+        )
+
+    def run(self) -> int:
+        state, total = self.state, self.total_steps
+        if state.step >= total:
+            say(self.ctx, f"nothing to do: the checkpoint is at step {state.step} of {total}")
+            return state.step
+        started, start_step = time.monotonic(), state.step
+        last_epoch = math.ceil(total / self.batches_per_epoch)
+        while state.epoch <= last_epoch and state.step < total:
+            self.run_epoch()
+            if state.step < total:
+                state.epoch, state.position = state.epoch + 1, 0
+        elapsed = time.monotonic() - started
+        say(
+            self.ctx,
+            f"done: {state.step - start_step} steps in {elapsed:.1f}s, final step {state.step}",
+        )
+        return state.step
+
+    def run_epoch(self) -> None:
+        """The rest of the epoch under way (from its position), or up to the last step."""
+        state = self.state
+        self.model.train()
+        batches = lb.start_epoch(self.train_loader, state.epoch, skip_batches=state.position)
+        for batch in batches:
+            self.train_step(batch)
+            end_of_epoch = (
+                state.position == self.batches_per_epoch or state.step == self.total_steps
+            )
+            metrics = self.report(end_of_epoch)
+            if lb.checkpoint_due(state.step, state.epoch, end_of_epoch) or (
+                state.step == self.total_steps
+            ):
+                self.save(metrics)
+            if state.step == self.total_steps:
+                break
+
+    def train_step(self, batch: Any) -> None:
+        optimizer, scaler = self.optimizer, self.scaler
+        optimizer.zero_grad(set_to_none=True)
+        with lb.autocast(self.ctx):
+            loss = self.loss_fn(self.model, batch)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.state.step += 1
+        self.state.position += 1
+        self.window_loss += loss.detach().float()
+        self.window_steps += 1
+        if self.after_step is not None:
+            self.after_step(self.state.step)
+
+    def report(self, end_of_epoch: bool) -> dict[str, float]:
+        """Report the window's loss (and, at an epoch's end, the held-out metrics) when due."""
+        state = self.state
+        metrics: dict[str, float] = {}
+        if state.step % self.log_every_steps != 0 and not end_of_epoch:
+            return metrics
+        metrics["loss"] = lb.reduce_mean(self.window_loss / self.window_steps).item()
+        metrics["lr"] = float(self.optimizer.param_groups[0]["lr"])
+        self.window_loss.zero_()
+        self.window_steps = 0
+        if end_of_epoch:
+            metrics.update(self.evaluate())
+            self.model.train()
+        lb.report(state.step, state.epoch, total_steps=self.total_steps, **metrics)
+        shown = " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
+        say(self.ctx, f"epoch {state.epoch} step {state.step}/{self.total_steps} {shown}")
+        return metrics
+
+    def save(self, metrics: dict[str, float]) -> None:
+        path = lb.save_checkpoint(
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            self.scaler,
+            metrics=metrics,
+            extra=self.extra,
+            **self.state.state_dict(),
+        )
+        if path is not None:
+            say(self.ctx, f"checkpoint {path.name}")
+
+
 def fit(
     *,
     ctx: DistContext,
@@ -58,81 +201,27 @@ def fit(
     Every rank runs the same number of steps (the sampler pads the shards), so the
     collectives inside (the loss average, evaluation) line up across ranks.
     """
-    bpe = lb.batches_per_epoch(train_loader)
+    trainer = Trainer(
+        ctx=ctx,
+        model=model,
+        optimizer=optimizer,
+        train_loader=train_loader,
+        loss_fn=loss_fn,
+        evaluate=evaluate,
+        total_steps=total_steps,
+        log_every_steps=log_every_steps,
+        scheduler=scheduler,
+        after_step=after_step,
+        extra=extra,
+    )
     # One line from every rank, so each rank's log shows it started and where.
     print(
         f"rank {ctx.rank}/{ctx.world_size} on {ctx.device} ({ctx.backend}): "
-        f"{bpe} batches per epoch",
+        f"{trainer.batches_per_epoch} batches per epoch",
         flush=True,
     )
-    scaler = lb.make_grad_scaler(device=ctx.device)
-    step, first_epoch, skip = 0, 1, 0
-    state = lb.load_resume_state()
-    if state is not None:
-        lb.restore(state, model, optimizer, scheduler, scaler)
-        step = int(state["step"])
-        first_epoch, skip = lb.resume_position(state, bpe)
-        say(ctx, f"resumed at step {step}: epoch {first_epoch}, skipping {skip} batches")
-    if step >= total_steps:
-        say(ctx, f"nothing to do: the checkpoint is at step {step} of {total_steps}")
-        return step
-    started, start_step = time.monotonic(), step
-    window_loss = torch.zeros((), device=ctx.device)
-    window_steps = 0
-    last_epoch = math.ceil(total_steps / bpe)
-    for epoch in range(first_epoch, last_epoch + 1):
-        model.train()
-        position = skip
-        for batch in lb.start_epoch(train_loader, epoch, skip_batches=skip):
-            optimizer.zero_grad(set_to_none=True)
-            with lb.autocast(ctx):
-                loss = loss_fn(model, batch)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            if scheduler is not None:
-                scheduler.step()
-            step += 1
-            position += 1
-            window_loss += loss.detach().float()
-            window_steps += 1
-            if after_step is not None:
-                after_step(step)
-            end_of_epoch = position == bpe or step == total_steps
-            metrics: dict[str, float] = {}
-            if step % log_every_steps == 0 or end_of_epoch:
-                metrics["loss"] = lb.reduce_mean(window_loss / window_steps).item()
-                metrics["lr"] = float(optimizer.param_groups[0]["lr"])
-                window_loss.zero_()
-                window_steps = 0
-                if end_of_epoch:
-                    metrics.update(evaluate())
-                    model.train()
-                lb.report(step, epoch, total_steps=total_steps, **metrics)
-                shown = " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
-                say(ctx, f"epoch {epoch} step {step}/{total_steps} {shown}")
-            if lb.checkpoint_due(step, epoch, end_of_epoch) or step == total_steps:
-                path = lb.save_checkpoint(
-                    model,
-                    optimizer,
-                    scheduler,
-                    scaler,
-                    step=step,
-                    epoch=epoch,
-                    metrics=metrics,
-                    extra=extra,
-                    sampler_position=position,
-                )
-                if path is not None:
-                    say(ctx, f"checkpoint {path.name}")
-            if step == total_steps:
-                break
-        skip = 0
-        if step == total_steps:
-            break
-    elapsed = time.monotonic() - started
-    say(ctx, f"done: {step - start_step} steps in {elapsed:.1f}s, final step {step}")
-    return step
+    trainer.resume()
+    return trainer.run()
 
 
 @torch.no_grad()

@@ -7,9 +7,9 @@ A checkpoint is a dict saved with torch.save:
      "metrics": {...}, "extra": {...}, "job_id": ..., "attempt": ..., "world_size": ...}
 
 The model's state_dict is the unwrapped module's (no "module." prefix), so the file loads
-into a plain model with strict=True, as DESIGN.md requires. Every tensor in it is on the CPU
-(copied there from the GPU; the model and optimizer keep theirs), so a downloaded checkpoint
-loads on a machine without CUDA even without `map_location`. The file is complete on disk
+into a plain model with strict=True, as the README's contract requires. Every tensor in it is
+on the CPU (copied there from the GPU; the model and optimizer keep theirs), so a downloaded
+checkpoint loads on a machine without CUDA even without `map_location`. The file is complete on disk
 (temp name, fsync, rename, fsync of the directory) before its line is written to the
 events file, because the worker copies a checkpoint as soon as it reads that line.
 
@@ -30,6 +30,7 @@ import torch
 from torch import nn
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
+from jobs.contract.events import checkpoint_line
 from jobs.runtime import env
 from jobs.runtime.distributed import get_context, get_rank, unwrap_model
 from jobs.runtime.env import CheckpointPolicy, checkpoint_policy
@@ -136,15 +137,7 @@ def save_checkpoint(
         temp.unlink(missing_ok=True)
         raise
     _fsync_dir(directory)
-    write_event(
-        {
-            "type": "checkpoint",
-            "path": name,
-            "step": int(step),
-            "epoch": int(epoch),
-            "metrics": clean,
-        }
-    )
+    write_event(checkpoint_line(name, int(step), int(epoch), clean))
     return final
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -51,6 +51,7 @@ class DistContext:
 
 
 _context: DistContext | None = None
+_teardown_hooks: list[Callable[[], None]] = []
 
 
 def _env_int(name: str, default: int) -> int:
@@ -127,15 +128,20 @@ def setup_distributed() -> DistContext:
     return _context
 
 
+def at_teardown(hook: Callable[[], None]) -> None:
+    """Call `hook` in every `teardown_distributed` and `abort_distributed` (the events module
+    closes its file there)."""
+    _teardown_hooks.append(hook)
+
+
 def teardown_distributed() -> None:
     """Write the metric lines report() has queued, and leave the process group (if any) so
     torchrun sees a clean exit; safe to call twice. (A process that ends with os._exit, as
     a forked multiprocessing child does, runs no exit handler that would write them.)"""
-    from jobs.runtime.events import close_events  # events imports this module
-
     global _context
     _context = None
-    close_events()
+    for hook in _teardown_hooks:
+        hook()
     if dist.is_available() and dist.is_initialized():
         # DDP wrappers sit in reference cycles: unless collected now, they keep the gloo
         # group alive until interpreter exit, where its threads die with "terminate called
@@ -151,11 +157,10 @@ def abort_distributed() -> None:
     `destroy_process_group` can then block on NCCL's teardown until the watchdog kills the
     rank with SIGABRT, while an abort returns at once (torch's `_abort_process_group`, what
     torch 2.13 offers; it aborts gloo's group too). Safe to call twice."""
-    from jobs.runtime.events import close_events  # events imports this module
-
     global _context
     _context = None
-    close_events()
+    for hook in _teardown_hooks:
+        hook()
     if dist.is_available() and dist.is_initialized():
         _abort_process_group()
         gc.collect()  # the DDP wrappers' cycles hold the aborted group (see teardown)

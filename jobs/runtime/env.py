@@ -1,8 +1,8 @@
 """The environment contract between the Launchbay worker and the code inside the ranks.
 
-The worker passes everything through environment variables (see DESIGN.md, "Inside the
-ranks"). This module is the one place that names and parses them, so a typo in a variable
-name cannot hide in a helper. It reads ``os.environ`` on every call on purpose: tests and
+The worker passes everything through environment variables (README, "Inside the ranks"),
+named once in `jobs.contract.env`; this module parses them, so a typo in a variable name
+cannot hide in a helper. It reads ``os.environ`` on every call on purpose: tests and
 launchers change the environment, and none of these lookups sit on a hot path.
 
 It imports no torch, so it is cheap to import anywhere.
@@ -12,23 +12,43 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-JOB_ID = "LAUNCHBAY_JOB_ID"
-ATTEMPT = "LAUNCHBAY_ATTEMPT"
-EVENTS_FILE = "LAUNCHBAY_EVENTS_FILE"
-CHECKPOINT_DIR = "LAUNCHBAY_CHECKPOINT_DIR"
-RESUME_FROM = "LAUNCHBAY_RESUME_FROM"
-CONFIG = "LAUNCHBAY_CONFIG"
-AMP = "LAUNCHBAY_AMP"
-DEVICE = "LAUNCHBAY_DEVICE"
-BACKEND = "LAUNCHBAY_BACKEND"
-CHECKPOINT = "LAUNCHBAY_CHECKPOINT"
-COLLECTIVE_TIMEOUT_S = "LAUNCHBAY_COLLECTIVE_TIMEOUT_S"
-# The attempt's log directory: each rank's log and error record (worker/rank_main.py).
-LOG_DIR = "LAUNCHBAY_LOG_DIR"
+from pydantic import ValidationError
+
+from jobs.contract.checkpoints import CheckpointPolicy
+from jobs.contract.env import (
+    AMP,
+    ATTEMPT,
+    BACKEND,
+    CHECKPOINT,
+    CHECKPOINT_DIR,
+    COLLECTIVE_TIMEOUT_S,
+    CONFIG,
+    DEVICE,
+    EVENTS_FILE,
+    JOB_ID,
+    LOG_DIR,
+    RESUME_FROM,
+)
+
+__all__ = [
+    "AMP",
+    "ATTEMPT",
+    "BACKEND",
+    "CHECKPOINT",
+    "CHECKPOINT_DIR",
+    "COLLECTIVE_TIMEOUT_S",
+    "CONFIG",
+    "DEVICE",
+    "EVENTS_FILE",
+    "JOB_ID",
+    "LOG_DIR",
+    "RESUME_FROM",
+    "CheckpointPolicy",
+    "RuntimeEnvError",
+]
 
 AmpMode = Literal["none", "fp16", "bf16"]
 DeviceChoice = Literal["auto", "cpu", "cuda"]
@@ -132,55 +152,13 @@ def attempt() -> int | None:
     return int(raw) if raw and raw.isdigit() else None
 
 
-@dataclass(frozen=True)
-class CheckpointPolicy:
-    """When to save, from the job spec's `checkpoint` block (LAUNCHBAY_CHECKPOINT).
-
-    ``keep_last``, ``best_metric`` and ``best_mode`` are carried for completeness: the
-    worker applies retention when it registers checkpoints, because only it knows which
-    files it has copied and which one is best; the ranks never delete checkpoints.
-    """
-
-    every_steps: int | None = None
-    every_epochs: int | None = 1
-    keep_last: int | None = 3
-    best_metric: str | None = None
-    best_mode: Literal["min", "max"] = "min"
-
-    def is_due(self, step: int, epoch: int, end_of_epoch: bool) -> bool:
-        """Whether a checkpoint is due after optimizer step `step` (1-based) of `epoch`."""
-        if self.every_steps and step > 0 and step % self.every_steps == 0:
-            return True
-        return bool(end_of_epoch and self.every_epochs and epoch % self.every_epochs == 0)
-
-
-def _optional_positive_int(raw: dict[str, Any], key: str, default: int | None) -> int | None:
-    if key not in raw:
-        return default
-    value = raw[key]
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise RuntimeEnvError(f"{CHECKPOINT}.{key} must be a non-negative integer or null")
-    return value or None
-
-
 def checkpoint_policy() -> CheckpointPolicy:
     """The policy in LAUNCHBAY_CHECKPOINT; the spec's defaults (every epoch) when unset."""
     raw = _json_object(CHECKPOINT)
-    mode: Literal["min", "max"]
-    match raw.get("best_mode") or "min":
-        case "min":
-            mode = "min"
-        case "max":
-            mode = "max"
-        case other:
-            raise RuntimeEnvError(f"{CHECKPOINT}.best_mode must be 'min' or 'max', got {other!r}")
-    best_metric = raw.get("best_metric")
-    return CheckpointPolicy(
-        every_steps=_optional_positive_int(raw, "every_steps", None),
-        every_epochs=_optional_positive_int(raw, "every_epochs", 1),
-        keep_last=_optional_positive_int(raw, "keep_last", 3),
-        best_metric=str(best_metric) if best_metric else None,
-        best_mode=mode,
-    )
+    try:
+        return CheckpointPolicy.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise RuntimeEnvError(f"{CHECKPOINT} is not a checkpoint policy: {problems}") from None

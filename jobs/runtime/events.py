@@ -34,8 +34,9 @@ from typing import Any, BinaryIO
 
 import torch
 
+from jobs.contract.events import metric_line
 from jobs.runtime import env
-from jobs.runtime.distributed import DistContext, current_context, get_rank
+from jobs.runtime.distributed import DistContext, at_teardown, current_context, get_rank
 
 Number = int | float
 
@@ -171,6 +172,7 @@ def _forget_writer() -> None:
 
 
 atexit.register(close_events)
+at_teardown(close_events)
 os.register_at_fork(after_in_child=_forget_writer)
 
 
@@ -253,10 +255,8 @@ def report(
     clean = clean_metrics(metrics)
     if not clean:
         return
-    event: dict[str, Any] = {"type": "metric", "step": int(step), "epoch": epoch, "metrics": clean}
-    if total_steps is not None:
-        event["total_steps"] = int(total_steps)
-    event["ts"] = time.time()
+    total = None if total_steps is None else int(total_steps)
+    event = metric_line(int(step), epoch, clean, total_steps=total, ts=time.time())
     writer = _current_writer()  # the rank is checked above
     if writer is not None:
         writer.queue(event)

@@ -72,25 +72,23 @@ def head_checkpoint(
 
 
 def resolve_checkpoint(job: Job, ref: str, checkpoints: list[Checkpoint]) -> Checkpoint:
-    """`ref` is a checkpoint id, `latest`, or `best` (by the spec's `best_metric`; the latest
-    when the job names no best metric)."""
+    """`ref` is a checkpoint id, `latest`, or `best` (`CheckpointPolicy.best` by the spec's
+    `best_metric`; the latest when the job names no best metric)."""
     if not checkpoints:
         raise NotFound(f"job {job.id} has no checkpoints", detail={"ref": ref})
     if ref == "latest":
         return checkpoints[-1]
     if ref == "best":
-        policy = job.spec.get("checkpoint") or {}
-        metric = policy.get("best_metric")
-        if not metric:
+        policy = job.job_spec().checkpoint
+        if not policy.best_metric:
             return checkpoints[-1]
-        scored = [c for c in checkpoints if metric in (c.metrics or {})]
-        if not scored:
+        best = policy.best(checkpoints, metrics=lambda c: c.metrics, seq=lambda c: c.seq)
+        if best is None:
             raise NotFound(
-                f"no checkpoint of job {job.id} has the metric {metric!r}",
-                detail={"ref": ref, "best_metric": metric},
+                f"no checkpoint of job {job.id} has the metric {policy.best_metric!r}",
+                detail={"ref": ref, "best_metric": policy.best_metric},
             )
-        pick = min if policy.get("best_mode", "min") == "min" else max
-        return pick(scored, key=lambda c: c.metrics[metric])
+        return best
     for checkpoint in checkpoints:
         if checkpoint.id == ref:
             return checkpoint

@@ -4,20 +4,17 @@ import hashlib
 import json
 import logging
 import shutil
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
-from redis.exceptions import RedisError
-from rq.exceptions import NoSuchJobError
-from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import col, select
 
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
-from service import code_store, policy, queue, quota, store
+from service import code_store, policy, quota, store
 from service.deps import (
     CurrentPrincipal,
+    ExecutorDep,
     JobSnapshot,
     OwnedJob,
     RedisDep,
@@ -31,6 +28,7 @@ from service.errors import (
     InvalidTransition,
     ServiceUnavailable,
 )
+from service.executor import ExecutorUnavailable
 from service.models import Job
 from service.schemas import JobPublic, JobsPublic
 
@@ -56,6 +54,7 @@ def submit_job(
     response: Response,
     session: SessionDep,
     redis: RedisDep,
+    executor: ExecutorDep,
     settings: SettingsDep,
     principal: CurrentPrincipal,
     idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
@@ -89,8 +88,8 @@ def submit_job(
             raise
         return _replay(existing, request_hash, response)
     try:
-        queue.enqueue_attempt(redis, job, grace_s=settings.cancel_grace_s)
-    except RedisError as exc:
+        executor.submit(job)
+    except ExecutorUnavailable as exc:
         log.warning("job %s stored but not enqueued: %s", job.id, exc)
         raise ServiceUnavailable(
             "the job was stored but the queue is unreachable; it will be enqueued when "
@@ -99,7 +98,7 @@ def submit_job(
             detail={"job_id": job.id},
         ) from exc
     log.info("job %s submitted by %s to queue %s", job.id, principal.name, job.queue)
-    return JobPublic.from_row(job)
+    return JobPublic.model_validate(job)
 
 
 def _replay(existing: Job, request_hash: str, response: Response) -> JobPublic:
@@ -110,7 +109,7 @@ def _replay(existing: Job, request_hash: str, response: Response) -> JobPublic:
             detail={"job_id": existing.id},
         )
     response.status_code = status.HTTP_200_OK
-    return JobPublic.from_row(existing)
+    return JobPublic.model_validate(existing)
 
 
 @router.get("", response_model=JobsPublic)
@@ -133,52 +132,36 @@ def list_jobs(
         raise Forbidden("only an admin lists the jobs of other owners", detail={"owner": owner})
     if not principal.is_admin:
         owner = principal.name
-    if name is None and not tag:
-        rows, total = store.list_jobs(session, owner=owner, state=state, limit=limit, offset=offset)
-    else:
-        conditions = [*_owner_and_state(owner, state), *_name_and_tags(name, tag or [])]
-        rows, total = _list_where(session, conditions, limit=limit, offset=offset)
-    return JobsPublic(items=[JobPublic.from_row(j) for j in rows], total=total)
-
-
-def _owner_and_state(owner: str | None, state: JobState | None) -> list[Any]:
-    conditions = [] if owner is None else [col(Job.owner) == owner]
-    return conditions if state is None else [*conditions, col(Job.state) == state]
-
-
-def _name_and_tags(name: str | None, tags: list[str]) -> list[Any]:
-    """`tags` as `key=value`; a tag's value is read from the spec's JSON on either database."""
-    conditions = [] if name is None else [col(Job.name) == name]
-    for item in tags:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise BadRequest(f"tag {item!r} is not key=value", detail={"tag": item})
-        conditions.append(col(Job.spec)["tags"][key].as_string() == value)
-    return conditions
-
-
-def _list_where(
-    session: SessionDep, conditions: list[Any], *, limit: int, offset: int
-) -> tuple[list[Job], int]:
-    total = session.exec(select(func.count()).select_from(Job).where(*conditions)).one()
-    stmt = (
-        select(Job)
-        .where(*conditions)
-        .order_by(col(Job.created_at).desc(), col(Job.id).desc())
-        .offset(offset)
-        .limit(limit)
+    rows, total = store.list_jobs(
+        session,
+        owner=owner,
+        state=state,
+        limit=limit,
+        offset=offset,
+        name=name,
+        tags=[_tag(item) for item in tag or []],
     )
-    return list(session.exec(stmt).all()), int(total)
+    return JobsPublic(items=[JobPublic.model_validate(j) for j in rows], total=total)
+
+
+def _tag(item: str) -> tuple[str, str]:
+    """A `tag` filter, `key=value`."""
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise BadRequest(f"tag {item!r} is not key=value", detail={"tag": item})
+    return key, value
 
 
 @router.get("/{job_id}", response_model=JobPublic)
 async def get_job(job: JobSnapshot) -> JobPublic:
     # No I/O here: the dependency read the row in the thread pool.
-    return JobPublic.from_row(job)
+    return JobPublic.model_validate(job)
 
 
 @router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobPublic)
-def cancel_job(job: OwnedJob, session: SessionDep, redis: RedisDep) -> JobPublic:
+def cancel_job(job: OwnedJob, session: SessionDep, executor: ExecutorDep) -> JobPublic:
+    """A cancel is a change of the job's state, the one channel every attempt's supervisor
+    reads; the executor only withdraws what has not started."""
     state = JobState(job.state)
     if state is JobState.QUEUED and store.transition_job(
         session,
@@ -188,32 +171,21 @@ def cancel_job(job: OwnedJob, session: SessionDep, redis: RedisDep) -> JobPublic
         exit_reason=ExitReason.CANCELLED,
         message="cancelled before it started",
     ):
-        _drop_from_queue(redis, job)
+        _withdraw(executor, job)
     elif state in (JobState.STARTING, JobState.RUNNING, JobState.CANCELLING):
         store.transition_job(session, job.id, JobState.CANCELLING, attempt=job.attempt)
-        try:
-            queue.request_cancel(redis, job.id)
-        except RedisError as exc:
-            # The database says `cancelling` already, and the job's supervisor reads it at its
-            # next heartbeat: the cancel is accepted, only later than through Redis.
-            log.warning(
-                "job %s: cancel not signalled through Redis (%s); its worker "
-                "finds it at its next heartbeat",
-                job.id,
-                exc,
-            )
     session.refresh(job)
     if JobState(job.state).is_terminal() and job.state != JobState.CANCELLED:
         raise InvalidTransition(
             f"job {job.id} already ended ({job.state})", detail={"state": job.state}
         )
-    return JobPublic.from_row(job)
+    return JobPublic.model_validate(job)
 
 
-def _drop_from_queue(redis: RedisDep, job: Job) -> None:
+def _withdraw(executor: ExecutorDep, job: Job) -> None:
     try:
-        queue.drop_queued_attempt(redis, job)
-    except (RedisError, NoSuchJobError) as exc:
+        executor.cancel(job)
+    except ExecutorUnavailable as exc:
         # The worker re-checks the database before it starts anything.
         log.info("job %s cancelled; its queue entry could not be removed: %s", job.id, exc)
 

@@ -17,8 +17,9 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 def prometheus_metrics(session: SessionDep, _principal: CurrentPrincipal) -> PlainTextResponse:
     by_state = dict(session.exec(select(Job.state, func.count()).group_by(col(Job.state))).all())
     points = session.exec(select(func.count()).select_from(MetricPoint)).one()
-    checkpoints = session.exec(select(func.count()).select_from(Checkpoint)).one()
-    stored = session.exec(select(func.coalesce(func.sum(Checkpoint.size), 0))).one()
+    live = col(Checkpoint.deleted_at).is_(None)
+    checkpoints = session.exec(select(func.count()).select_from(Checkpoint).where(live)).one()
+    stored = session.exec(select(func.coalesce(func.sum(Checkpoint.size), 0)).where(live)).one()
     lines = [
         "# HELP launchbay_jobs Jobs in the database by state.",
         "# TYPE launchbay_jobs gauge",

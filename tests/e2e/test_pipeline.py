@@ -155,6 +155,30 @@ def test_a_reconnecting_stream_misses_and_repeats_nothing(sqlite_stack: Stack) -
     assert [e["data"] for e in pieces] == [e["data"] for e in unbroken]
 
 
+def test_a_replay_after_the_end_is_the_history_a_live_client_saw(sqlite_stack: Stack) -> None:
+    """Retention deletes checkpoints while the job runs: their `checkpoint` events stay in the
+    history, each deletion an event of its own."""
+    spec = {
+        "name": "retained",
+        "recipe": "synthetic",
+        "nproc_per_node": 2,
+        "config": {"epochs": 4},
+        "checkpoint": {"every_epochs": 1, "keep_last": 1},
+    }
+    with sqlite_stack.client() as http:
+        job_id = http.post("/v1/jobs", json=spec).json()["id"]
+        live = follow_events(http, job_id)
+        replayed = follow_events(http, job_id, last_event_id="0")
+        kept = http.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
+    assert live[-1]["data"]["state"] == "succeeded"
+    assert [e["id"] for e in replayed] == [e["id"] for e in live]
+    assert [e["data"] for e in replayed] == [e["data"] for e in live]
+    saved = [e["data"]["id"] for e in live if e["event"] == "checkpoint"]
+    deleted = [e["data"]["id"] for e in live if e["event"] == "checkpoint_deleted"]
+    assert len(saved) == 4 and deleted == saved[:3]
+    assert [c["id"] for c in kept] == saved[3:]
+
+
 def test_jobs_and_logs_survive_an_api_restart(sqlite_stack: Stack) -> None:
     spec = {"name": "durable", "recipe": "synthetic", "nproc_per_node": 2}
     with sqlite_stack.client() as http:

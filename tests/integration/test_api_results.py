@@ -3,6 +3,7 @@
 import hashlib
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,14 @@ from service.models import Checkpoint
 from service.settings import Settings
 
 
-def finished_job(settings: Settings, checkpoints: int = 0, best_metric: str | None = None) -> str:
-    """A job with two metric points per step, log lines of two ranks and some checkpoints."""
+def finished_job(
+    settings: Settings,
+    checkpoints: int = 0,
+    best_metric: str | None = None,
+    retire: Sequence[str] = (),
+) -> str:
+    """A job with two metric points per step, log lines of two ranks and some checkpoints, of
+    which those named in `retire` were retired (as retention does) before the job ended."""
     spec = JobSpec(
         name="done", recipe="synthetic", checkpoint={"best_metric": best_metric, "best_mode": "max"}
     )
@@ -66,6 +73,7 @@ def finished_job(settings: Settings, checkpoints: int = 0, best_metric: str | No
                 )
             )
             session.commit()
+        store.delete_checkpoints(session, job.id, 1, retire)
         store.transition_job(
             session,
             job.id,
@@ -180,6 +188,29 @@ def test_checkpoint_download_etag_range_and_refs(
         f"/v1/jobs/{job_id}/checkpoints/latest/download", headers={"Range": f"bytes={10**9}-"}
     )
     assert past_end.status_code == 416
+
+
+def test_retired_checkpoints_stay_in_the_history_and_nowhere_else(
+    api: TestClient, settings: Settings
+) -> None:
+    # ck1 is the best by accuracy (0.5, 0.9, 0.7); retention retired it and ck2.
+    job_id = finished_job(settings, checkpoints=3, best_metric="accuracy", retire=["ck1", "ck2"])
+    items = api.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
+    assert [c["id"] for c in items] == ["ck0"]
+    for ref in ("latest", "best", "ck0"):
+        response = api.get(f"/v1/jobs/{job_id}/checkpoints/{ref}/download")
+        assert response.headers["etag"].strip('"') == items[0]["sha256"], ref
+    for ref in ("ck1", "ck2"):
+        response = api.get(f"/v1/jobs/{job_id}/checkpoints/{ref}/download")
+        assert response.status_code == 404, ref
+    events = read_sse(api, job_id)
+    saved = [json.loads(e["data"])["id"] for e in events if e["event"] == "checkpoint"]
+    retired = [json.loads(e["data"]) for e in events if e["event"] == "checkpoint_deleted"]
+    assert saved == ["ck0", "ck1", "ck2"]
+    assert [(r["id"], r["step"], r["attempt"]) for r in retired] == [("ck1", 1, 1), ("ck2", 2, 1)]
+    ids = [int(e["id"]) for e in events]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert read_sse(api, job_id, headers={"Last-Event-ID": "0"}) == events
 
 
 def test_a_checkpoint_pointing_outside_the_data_dir_is_never_served(

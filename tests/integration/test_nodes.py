@@ -17,7 +17,7 @@ from jobs.states import ExitReason, JobState, NodeState
 from service import store
 from service.db import make_engine, session_scope
 from service.models import Job, JobEvent, JobNode, utcnow
-from service.queue import attempt_tasks, enqueue_attempt, rq_job_id
+from service.queue import RQExecutor, attempt_tasks, enqueue_attempt, rq_job_id
 from service.reaper import reap_once
 from service.settings import Settings
 
@@ -57,7 +57,7 @@ def finish(
     state: NodeState,
     reason: ExitReason | None = None,
     message: str | None = None,
-) -> store.NodeEnd:
+) -> store.AttemptEnd:
     with session_scope(engine) as session:
         return store.finish_node(
             session, job_id, 1, node, state=state, exit_reason=reason, message=message
@@ -115,7 +115,7 @@ def test_nodes_finishing_together_record_the_success_once(engine: Engine) -> Non
     for node in range(4):
         join(engine, job_id, node)
     barrier = threading.Barrier(4)
-    ends: list[store.NodeEnd] = []
+    ends: list[store.AttemptEnd] = []
 
     def run(node: int) -> None:
         barrier.wait()
@@ -145,7 +145,7 @@ def test_the_first_failure_ends_the_attempt_with_the_announced_cause(engine: Eng
     assert (job.state, job.exit_reason) == ("failed", "worker_lost")
     assert job.message == "node 1 (worker w1): worker w1 gone"
     # The announcing node finishes later: only its row changes.
-    assert finish(engine, job_id, 1, NodeState.FAILED, ExitReason.WORKER_LOST) == store.NodeEnd()
+    assert finish(engine, job_id, 1, NodeState.FAILED, ExitReason.WORKER_LOST) == store.AttemptEnd()
     with session_scope(engine) as session:
         rows = {n.node: n for n in store.list_nodes(session, job_id)}
     assert (rows[0].state, rows[0].exit_reason) == ("failed", "user_error")
@@ -161,7 +161,7 @@ def test_a_failure_with_retries_left_queues_the_next_attempt(engine: Engine) -> 
     assert (job.state, job.attempt) == ("queued", 2)
     assert job.message is not None and "node 1 (worker w1): rank 1 failed" in job.message
     # The other node, stopped because the attempt ended elsewhere, changes nothing.
-    assert finish(engine, job_id, 0, NodeState.STOPPED) == store.NodeEnd()
+    assert finish(engine, job_id, 0, NodeState.STOPPED) == store.AttemptEnd()
     assert job_of(engine, job_id).state == "queued"
     assert join(engine, job_id, 0, attempt=2) is not None
 
@@ -209,7 +209,7 @@ def test_the_reaper_ends_the_attempt_of_a_lost_node_while_others_heartbeat(
         assert store.touch_job_heartbeat(session, job_id, 1, node=0) == JobState.STARTING
     redis = Redis.from_url(redis_url)
     try:
-        report = reap_once(engine, redis, settings)
+        report = reap_once(engine, RQExecutor(redis, grace_s=1), settings)
         assert report.retried == [job_id]
         job = job_of(engine, job_id)
         assert (job.state, job.attempt) == ("queued", 2)
@@ -218,7 +218,7 @@ def test_the_reaper_ends_the_attempt_of_a_lost_node_while_others_heartbeat(
             rq_job_id(job_id, 2, 0),
             rq_job_id(job_id, 2, 1),
         ]
-        assert reap_once(engine, redis, settings).retried == [], "once"
+        assert reap_once(engine, RQExecutor(redis, grace_s=1), settings).retried == [], "once"
         # The node that heartbeats sees its attempt is over.
         with session_scope(engine) as session:
             assert store.touch_job_heartbeat(session, job_id, 1, node=0) is None

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ from jobs.states import ExitReason, JobState
 from service import store
 from service.db import make_engine, session_scope
 from service.models import Job, JobEvent, utcnow
-from service.queue import enqueue_attempt, rq_job_id
+from service.queue import RQExecutor, enqueue_attempt, rq_job_id
 from service.reaper import ReapReport, reap_once
 from service.settings import Settings
 
@@ -68,8 +68,13 @@ class Env:
             assert job is not None
             return job
 
-    def reap(self) -> ReapReport:
-        return reap_once(self.engine, self.redis, self.settings)
+    def reap(self, now: datetime | None = None) -> ReapReport:
+        executor = RQExecutor(self.redis, grace_s=self.settings.cancel_grace_s)
+        return reap_once(self.engine, executor, self.settings, now=now)
+
+    def after_queued_grace(self) -> datetime:
+        """A pass's clock once the queued grace has passed (no waiting for it)."""
+        return utcnow() + timedelta(seconds=self.settings.reaper_queued_grace_s + 0.5)
 
     def rq_status(self, job_id: str, attempt: int) -> str | None:
         if not RQJob.exists(rq_job_id(job_id, attempt), connection=self.redis):
@@ -213,12 +218,12 @@ def test_queued_jobs_whose_queue_entry_vanished_are_enqueued_again(env: Env) -> 
         queued = store.create_job(session, JobSpec(name="q", recipe="synthetic"))
     env.redis.flushdb()  # Redis lost its data
     assert env.reap().enqueued == [], "a job just created has some slack"
-    time.sleep(env.settings.reaper_queued_grace_s + 0.5)
-    report = env.reap()
+    later = env.after_queued_grace()
+    report = env.reap(now=later)
     assert report.enqueued == [queued.id]
     assert env.rq_status(queued.id, 1) == "queued"
     assert Queue("default", connection=env.redis).job_ids == [rq_job_id(queued.id, 1)]
-    assert env.reap().enqueued == [], "enqueued once"
+    assert env.reap(now=later).enqueued == [], "enqueued once"
     assert env.get(old).state == "failed"  # lost meanwhile: no retries
 
 
@@ -229,8 +234,7 @@ def test_a_queued_job_whose_queue_entry_ended_is_enqueued_again(env: Env) -> Non
     rq_job = RQJob.fetch(rq_job_id(job.id, 1), connection=env.redis)
     Queue("default", connection=env.redis).remove(rq_job)
     rq_job.set_status("failed")  # a work horse died before it took the job
-    time.sleep(env.settings.reaper_queued_grace_s + 0.5)
-    assert env.reap().enqueued == [job.id]
+    assert env.reap(now=env.after_queued_grace()).enqueued == [job.id]
     assert env.rq_status(job.id, 1) == "queued"
 
 

@@ -21,13 +21,16 @@ from sqlalchemy.engine import Engine
 from sqlmodel import col, select
 
 from jobs.spec import JobSpec
+from jobs.states import AttemptRef
 from service.db import make_engine, session_scope, upgrade_database
 from service.models import Checkpoint, Job, JobEvent, LogLine, MetricPoint
+from service.queue import RQExecutor
 from service.settings import Settings
-from service.store import create_job
+from service.store import create_job, list_checkpoints
 from tests.support.isolation import reachable_by_job_users
 from tests.support.procs import job_processes
 from worker.attempt import AttemptResult, run_attempt
+from worker.context import AttemptServices
 from worker.prepare import CudaInfo
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -82,13 +85,14 @@ class WorkerEnv:
         self.job_ids.add(job_id)
         return job_id
 
+    def services(self) -> AttemptServices:
+        executor = RQExecutor(self.redis, grace_s=self.settings.cancel_grace_s)
+        return AttemptServices(self.engine, self.settings, executor)
+
     def run(self, job_id: str, attempt: int = 1) -> AttemptResult:
         result = run_attempt(
-            self.engine,
-            self.redis,
-            self.settings,
-            job_id,
-            attempt,
+            self.services(),
+            AttemptRef(job_id, attempt),
             worker_name="test-worker",
             cuda=NO_CUDA,
         )
@@ -113,7 +117,9 @@ class WorkerEnv:
         return self.rows(MetricPoint, job_id)
 
     def checkpoints(self, job_id: str) -> list[Checkpoint]:
-        return self.rows(Checkpoint, job_id)
+        """The live checkpoints (retired ones keep their rows, for the event history)."""
+        with session_scope(self.engine) as session:
+            return list_checkpoints(session, job_id)
 
     def events(self, job_id: str) -> list[JobEvent]:
         return self.rows(JobEvent, job_id)

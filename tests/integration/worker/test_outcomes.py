@@ -7,7 +7,7 @@ import uuid
 import pytest
 from rq import Queue
 
-from jobs.states import JobState
+from jobs.states import AttemptRef, JobState
 from service.db import session_scope
 from service.queue import rq_job_id
 from service.store import transition_job
@@ -130,7 +130,8 @@ def test_python_launcher_runs_one_process(wenv: WorkerEnv, monkeypatch: pytest.M
     assert '"MASTER_ADDR": "127.0.0.1"' in lines["env"] and '"WORLD_SIZE": "3"' in lines["env"]
     assert '"RANK": null' in lines["env"] and '"OMP_NUM_THREADS": "1"' in lines["env"]
     assert lines["argv"] == '["a"]'
-    assert lines["cwd"] == str(result.paths.code_dir)
+    # The attempt's code dir links to the job's one read-only copy; the process sees its target.
+    assert lines["cwd"] == str(result.paths.code_dir.resolve())
     assert [(p.name, p.value) for p in wenv.metrics(job_id)] == [("acc", 0.5)]
 
 
@@ -184,6 +185,6 @@ def test_attempt_not_queued_is_left_alone(wenv: WorkerEnv) -> None:
     job_id = wenv.submit("single.py")
     with session_scope(wenv.engine) as session:
         assert transition_job(session, job_id, JobState.CANCELLED)
-    assert run_attempt(wenv.engine, wenv.redis, wenv.settings, job_id, 1, worker_name="w") is None
-    assert run_attempt(wenv.engine, wenv.redis, wenv.settings, job_id, 2, worker_name="w") is None
+    assert run_attempt(wenv.services(), AttemptRef(job_id, 1), worker_name="w") is None
+    assert run_attempt(wenv.services(), AttemptRef(job_id, 2), worker_name="w") is None
     assert wenv.job(job_id).state == "cancelled"

@@ -5,7 +5,8 @@ import time
 from fastapi.testclient import TestClient
 from redis import Redis
 
-from service.queue import save_worker_record
+from service.queue import save_worker
+from service.schemas import WorkerJob
 from service.settings import Settings
 from worker.main import LaunchbayWorker
 
@@ -26,7 +27,7 @@ def test_workers_with_their_queues_devices_heartbeat_and_job(
     busy = LaunchbayWorker(["default"], connection=redis, name="host:2")
     busy.devices = ["0", "1"]
     mine = api.post("/v1/jobs", json={"name": "x", "recipe": "synthetic"}).json()["id"]
-    busy.current = {"id": mine, "attempt": 2}
+    busy.current = WorkerJob(id=mine, attempt=2)
     busy.save_record()
 
     items = api.get("/v1/workers").json()["items"]
@@ -43,7 +44,7 @@ def test_workers_with_their_queues_devices_heartbeat_and_job(
     assert [(w["state"], w["current_job"]) for w in others] == [("idle", None), ("busy", None)]
 
     # A heartbeat that is not renewed expires.
-    save_worker_record(redis, "host:3", {**idle.record(), "name": "host:3"}, ttl_s=0.2)
+    save_worker(redis, idle.record().model_copy(update={"name": "host:3"}), ttl_s=0.2)
     assert len(api.get("/v1/workers").json()["items"]) == 3
     time.sleep(0.4)
     assert len(api.get("/v1/workers").json()["items"]) == 2

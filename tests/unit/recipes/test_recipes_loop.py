@@ -11,7 +11,7 @@ import torch
 
 from jobs.recipes import synthetic
 from jobs.recipes.configs import SyntheticConfig
-from jobs.recipes.loop import plan_total_steps
+from jobs.recipes.loop import TrainState, plan_total_steps
 from jobs.runtime import distributed, env
 
 
@@ -95,3 +95,15 @@ def test_fail_on_rank_raises_after_the_first_step(
 ) -> None:
     with pytest.raises(RuntimeError, match="synthetic failure on rank 0"):
         run(tmp_path, monkeypatch, "failing", fail_on_rank=0)
+
+
+def test_the_train_state_is_what_a_checkpoint_holds_and_restores() -> None:
+    state = TrainState(step=30, epoch=2, position=10)
+    saved = state.state_dict()
+    assert saved == {"step": 30, "epoch": 2, "sampler_position": 10}
+    mid_epoch = TrainState()
+    mid_epoch.load_state_dict(saved, batches_per_epoch=20)
+    assert mid_epoch == state
+    at_epoch_end = TrainState()
+    at_epoch_end.load_state_dict({**saved, "sampler_position": 20}, batches_per_epoch=20)
+    assert at_epoch_end == TrainState(step=30, epoch=3, position=0)

@@ -1,0 +1,7 @@
+"""The contracts between the service, the worker and the code inside the ranks, each written
+once and imported by all three sides. Nothing here imports torch (a test checks it):
+
+    env          the environment variable names a rank receives
+    events       the events-file lines: the writer's builders and the parser, side by side
+    checkpoints  the checkpoint policy, and which checkpoint is the best
+"""

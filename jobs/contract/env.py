@@ -1,0 +1,18 @@
+"""The environment variable names the worker sets for every rank (README, "Inside the ranks";
+docs/training-scripts.md). `worker.launch` sets them, `jobs.runtime.env` reads them."""
+
+JOB_ID = "LAUNCHBAY_JOB_ID"
+ATTEMPT = "LAUNCHBAY_ATTEMPT"
+EVENTS_FILE = "LAUNCHBAY_EVENTS_FILE"
+CHECKPOINT_DIR = "LAUNCHBAY_CHECKPOINT_DIR"
+RESUME_FROM = "LAUNCHBAY_RESUME_FROM"
+CONFIG = "LAUNCHBAY_CONFIG"
+AMP = "LAUNCHBAY_AMP"
+DEVICE = "LAUNCHBAY_DEVICE"
+BACKEND = "LAUNCHBAY_BACKEND"
+CHECKPOINT = "LAUNCHBAY_CHECKPOINT"
+COLLECTIVE_TIMEOUT_S = "LAUNCHBAY_COLLECTIVE_TIMEOUT_S"
+# The attempt's log directory: each rank's log and error record (worker/rank_main.py).
+LOG_DIR = "LAUNCHBAY_LOG_DIR"
+# Which node of a multi-node job the rank runs on.
+NODE = "LAUNCHBAY_NODE"

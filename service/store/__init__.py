@@ -1,0 +1,109 @@
+"""Reads and writes of jobs and what they produce, shared by the service and the worker.
+
+One module per concern, each above the lifecycle core it builds on:
+
+    stream       a job's live stream (everything it recorded, in seq order)
+    checkpoints  the checkpoint registry (register, list, retire)
+    outputs      log lines, metric points and progress
+    job_rows     create, find, list, heartbeat and delete job rows
+    nodes        the nodes of a multi-node attempt
+    lifecycle    moves between states, retries, the end of an attempt, seq allocation
+
+Callers import from `service.store`; the names below are its interface.
+"""
+
+from service.store.checkpoints import (
+    delete_checkpoints,
+    list_checkpoints,
+    register_checkpoint,
+)
+from service.store.job_rows import (
+    create_job,
+    delete_job_rows,
+    find_job_by_idempotency_key,
+    find_lost_jobs,
+    find_queued_jobs,
+    list_jobs,
+    queued_since,
+    read_job_state,
+    touch_job_heartbeat,
+)
+from service.store.lifecycle import (
+    JOB_TABLE,
+    RETRYABLE_EXIT_REASONS,
+    AttemptEnd,
+    AttemptSuperseded,
+    add_attempt_event,
+    allocate_seq,
+    commit_end,
+    end_attempt,
+    last_sign_of_life,
+    new_id,
+    requeue_job,
+    take_job,
+    transition_job,
+)
+from service.store.nodes import (
+    NodeSeat,
+    announce_node_failure,
+    find_lost_nodes,
+    finish_node,
+    join_node,
+    list_nodes,
+    mark_node_running,
+)
+from service.store.outputs import (
+    NewLogLine,
+    NewMetricPoint,
+    append_log_lines,
+    append_metric_points,
+    append_output,
+    list_log_lines,
+    list_metric_points,
+)
+from service.store.stream import StreamRead, StreamRow, read_stream
+
+__all__ = [
+    "JOB_TABLE",
+    "RETRYABLE_EXIT_REASONS",
+    "AttemptEnd",
+    "AttemptSuperseded",
+    "NewLogLine",
+    "NewMetricPoint",
+    "NodeSeat",
+    "StreamRead",
+    "StreamRow",
+    "add_attempt_event",
+    "allocate_seq",
+    "commit_end",
+    "announce_node_failure",
+    "append_log_lines",
+    "append_metric_points",
+    "append_output",
+    "create_job",
+    "delete_checkpoints",
+    "delete_job_rows",
+    "end_attempt",
+    "find_job_by_idempotency_key",
+    "find_lost_jobs",
+    "find_lost_nodes",
+    "find_queued_jobs",
+    "finish_node",
+    "join_node",
+    "last_sign_of_life",
+    "list_checkpoints",
+    "list_jobs",
+    "list_log_lines",
+    "list_metric_points",
+    "list_nodes",
+    "mark_node_running",
+    "new_id",
+    "queued_since",
+    "read_job_state",
+    "read_stream",
+    "register_checkpoint",
+    "requeue_job",
+    "take_job",
+    "touch_job_heartbeat",
+    "transition_job",
+]
