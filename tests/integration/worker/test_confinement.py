@@ -11,7 +11,6 @@ import pytest
 
 from jobs.states import JobState
 from service.db import session_scope
-from service.queue import request_cancel
 from service.store import transition_job
 from tests.integration.worker.conftest import WorkerEnv
 from tests.integration.worker.test_stops import run_in_background
@@ -77,7 +76,6 @@ def test_a_daemon_is_gone_when_its_job_is_cancelled(
     assert wait_until(lambda: wenv.job(job_id).state == "running", timeout=30)
     with session_scope(wenv.engine) as session:
         assert transition_job(session, job_id, JobState.CANCELLING)
-    request_cancel(wenv.redis, job_id)
     thread.join(timeout=60)
     assert not thread.is_alive()
     assert wenv.job(job_id).state == "cancelled"
