@@ -48,8 +48,12 @@ RUN apt-get update \
 RUN groupadd --system --gid 10001 launchbay \
     && useradd --system --uid 10001 --gid launchbay --create-home \
         --home-dir /home/launchbay --shell /usr/sbin/nologin launchbay \
-    && install -d -o launchbay -g launchbay -m 0750 /data \
-    && install -d -o launchbay -g launchbay -m 0755 /cache /cache/torch_extensions /cache/uv
+    && install -d -o launchbay -g launchbay -m 0711 /data \
+    && install -d -o launchbay -g launchbay -m 0755 /cache /cache/torch_extensions /cache/uv \
+    && for i in $(seq 0 63); do \
+        useradd --system --user-group --no-create-home --home-dir /nonexistent \
+            --shell /usr/sbin/nologin "launchbay-job-$i"; \
+    done
 
 # torch first, from its own index and in its own layer: it is most of the image and
 # changes least often. The lock excludes torch, so the next step keeps this build.

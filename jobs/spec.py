@@ -92,6 +92,9 @@ class JobSpec(StrictModel):
     checkpoint: CheckpointPolicy = CheckpointPolicy()
     # The job's own Python packages (worker/environment.py); null: the code's requirements.txt.
     environment: EnvironmentSpec | None = None
+    # Memory of all the job's processes on one node together (its cgroup's limit); past it the
+    # kernel kills one and the job ends `oom`. Capped by the policy.
+    memory_limit_bytes: Annotated[int, Field(ge=16 * 2**20, le=2**50)] | None = None
     tags: dict[
         Annotated[str, Field(min_length=1, max_length=128)],
         Annotated[str, Field(max_length=1024)],

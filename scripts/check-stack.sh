@@ -38,7 +38,7 @@ check_compose() {
     local err
     err="$(mktemp)"
     # Any output on stderr (a deprecation or interpolation warning) counts as a problem.
-    if ! docker-compose -f docker-compose.yml config -q 2>"$err"; then
+    if ! REDIS_PASSWORD=example docker-compose -f docker-compose.yml config -q 2>"$err"; then
         cat "$err" >&2
         rm -f "$err"
         fail "docker-compose.yml is invalid"
@@ -59,7 +59,7 @@ check_multinode_profile() {
     local err rendered
     err="$(mktemp)"
     if ! rendered="$(env LAUNCHBAY_WORKER_HOST=10.0.0.2 LAUNCHBAY_HEAD_ADDR=10.0.0.1 \
-        NCCL_SOCKET_IFNAME=ens1f0 GLOO_SOCKET_IFNAME=ens1f0 POSTGRES_PASSWORD=example \
+        NCCL_SOCKET_IFNAME=ens1f0 GLOO_SOCKET_IFNAME=ens1f0 POSTGRES_PASSWORD=example REDIS_PASSWORD=example \
         docker-compose -f docker-compose.yml --profile multi-node config 2>"$err")"; then
         cat "$err" >&2
         rm -f "$err"
@@ -82,7 +82,7 @@ check_multinode_profile() {
         "LAUNCHBAY_WORKER_HOST: 10.0.0.2" \
         "NCCL_SOCKET_IFNAME: ens1f0" \
         "GLOO_SOCKET_IFNAME: ens1f0" \
-        "LAUNCHBAY_REDIS_URL: redis://10.0.0.1:6379/0" \
+        "LAUNCHBAY_REDIS_URL: redis://:example@10.0.0.1:6379/0" \
         "LAUNCHBAY_DATABASE_URL: postgresql+psycopg://launchbay:example@10.0.0.1:5432/launchbay" \
         "- launchbay-data:/data:rw" \
         "- multi-node"; do
@@ -105,7 +105,7 @@ check_dockerfile() {
 check_worker_healthcheck() {
     local python=python3
     [[ -x .venv/bin/python ]] && python=.venv/bin/python
-    docker-compose -f docker-compose.yml config 2>/dev/null | "$python" -c '
+    REDIS_PASSWORD=example docker-compose -f docker-compose.yml config 2>/dev/null | "$python" -c '
 import sys, yaml
 worker = yaml.safe_load(sys.stdin)["services"]["worker"]
 check = worker.get("healthcheck") or {}

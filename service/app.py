@@ -11,6 +11,7 @@ from redis import Redis
 from service.db import make_engine, upgrade_database
 from service.deps import get_principal
 from service.errors import install_error_handlers
+from service.hardening import harden_service, make_non_dumpable
 from service.limits import BodySizeLimit
 from service.queue import RQExecutor
 from service.reaper import ReaperThread
@@ -45,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        make_non_dumpable()  # in every API process, however many uvicorn starts
         app.state.settings = settings
         app.state.engine = make_engine(settings.resolved_database_url)
         app.state.redis = make_redis(settings.redis_url)
@@ -124,6 +126,7 @@ def run_api(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = get_settings()
     upgrade_database(settings.resolved_database_url)
+    harden_service(settings.data_dir.resolve(), settings.resolved_database_url)
     log.info("database ready at %s", _redact(settings.resolved_database_url))
     if workers > 1:
         # Each process builds its app from the same environment.

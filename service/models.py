@@ -86,6 +86,8 @@ class Job(JobBase, table=True):
     last_seq: int = Field(default=0, sa_type=BigInteger)
     idempotency_key: str | None = Field(default=None, max_length=256)
     request_hash: str | None = Field(default=None, max_length=64)
+    # Bytes of its run directories and checkpoints, measured when an attempt ends.
+    disk_bytes: int | None = Field(default=None, sa_type=BigInteger)
 
     def job_spec(self) -> JobSpec:
         """The spec, typed: the one way to read it (the column holds it as accepted, defaults

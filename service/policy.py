@@ -22,6 +22,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from jobs.spec import JobSpec
+from jobs.startup_env import startup_env_names
 from service.auth import Principal
 from service.errors import Forbidden, TooManyRequests, Unprocessable
 from service.settings import Settings
@@ -51,7 +52,10 @@ def check_may_run_code(principal: Principal, settings: Settings) -> None:
 def apply_submission_policy(spec: JobSpec, principal: Principal, settings: Settings) -> JobSpec:
     """Refuse what the policy forbids (422, 403 for code); returns the spec to store, with
     `timeout_s` set to the maximum when the policy has one and the spec none."""
-    bad_env = forbidden_env_names(spec.env, settings.forbidden_env)
+    # The start-up names are refused whatever the setting says (see jobs.startup_env).
+    bad_env = sorted(
+        {*forbidden_env_names(spec.env, settings.forbidden_env), *startup_env_names(spec.env)}
+    )
     if bad_env:
         why = "Launchbay or torchrun sets it, or it loads other code"
         raise Unprocessable(
@@ -75,6 +79,10 @@ def apply_submission_policy(spec: JobSpec, principal: Principal, settings: Setti
     limit = settings.max_timeout_s
     if limit is not None and spec.timeout_s is not None and spec.timeout_s > limit:
         violations.append(_violation(("timeout_s",), f"at most {limit:g}"))
+    memory_max = settings.max_memory_limit_bytes
+    memory = spec.memory_limit_bytes
+    if memory_max is not None and memory is not None and memory > memory_max:
+        violations.append(_violation(("memory_limit_bytes",), f"at most {memory_max}"))
     if violations:
         fields = "; ".join(f"{v['loc'][-1]}: {v['msg']}" for v in violations)
         raise Unprocessable(
@@ -82,9 +90,12 @@ def apply_submission_policy(spec: JobSpec, principal: Principal, settings: Setti
             code="policy_violation",
             detail=violations,
         )
+    defaults: dict[str, Any] = {}
     if limit is not None and spec.timeout_s is None:
-        return spec.model_copy(update={"timeout_s": limit})
-    return spec
+        defaults["timeout_s"] = limit
+    if memory_max is not None and memory is None:
+        defaults["memory_limit_bytes"] = memory_max
+    return spec.model_copy(update=defaults) if defaults else spec
 
 
 def _violation(loc: tuple[str, ...], msg: str, kind: str = "policy") -> dict[str, Any]:

@@ -103,6 +103,20 @@ class Settings(BaseSettings):
     # as the worker); by default, wheels only.
     pip_allow_builds: bool = False
 
+    # Job confinement (docs/security.md): limits per node of a job, from the job's cgroup.
+    # Tasks (processes and threads) a job may have at once on one node.
+    job_pids_max: int = Field(default=16384, ge=16)
+    # The largest `memory_limit_bytes` a user may ask for; a spec without one gets this.
+    max_memory_limit_bytes: int | None = Field(default=None, gt=0)
+    # A root worker runs jobs as pool users launchbay-job-0..N-1, leased with lock files in
+    # this host-local directory; without root it warns, or refuses to start when required.
+    job_users: int = Field(default=64, ge=1)
+    job_user_lease_dir: Path = Path("/run/launchbay/job-users")
+    require_isolation: bool = False
+    # Disk an owner's jobs may hold (run directories, logs, checkpoints), as measured when
+    # each attempt ends; past it a user's next submission is refused. Unset: no quota.
+    owner_disk_quota_bytes: int | None = Field(default=None, gt=0)
+
     @field_validator("allowed_queues", "forbidden_env", "pip_find_links", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:

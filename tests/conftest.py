@@ -7,6 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.isolation import (
+    interpreter_reachable_by_job_users,
+    reachable_by_job_users,
+    remove_reachable_dirs,
+)
 from tests.support.procs import SESSION_MARKER, marked_processes
 from tests.support.services import (
     RedisServer,
@@ -18,6 +23,11 @@ from tests.support.stack import Stack
 
 MARKER = uuid.uuid4().hex
 os.environ[SESSION_MARKER] = MARKER
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _job_users_reach_the_interpreter() -> None:
+    interpreter_reachable_by_job_users()
 
 
 @pytest.fixture(scope="session")
@@ -63,13 +73,14 @@ def database_url(request: pytest.FixtureRequest) -> str:
 
 
 def make_stack(root: Path, database_url: str, redis_url: str, **env: str) -> Stack:
-    root.mkdir(parents=True, exist_ok=True)
+    root = reachable_by_job_users(root)
     return Stack(
         root=root, database_url=database_url, redis_url=redis_url, marker=MARKER, extra_env=env
     )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    remove_reachable_dirs()
     leftovers = marked_processes(MARKER)
     if not leftovers:
         return

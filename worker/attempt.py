@@ -15,7 +15,7 @@ whole: at the first failure, or once every node has succeeded (docs/multi-node.m
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -35,8 +35,10 @@ from service.store import (
     take_job,
 )
 from worker.context import AttemptServices
+from worker.disk import record_job_disk_use
 from worker.environment import EnvironmentProblem, release_environments
 from worker.heartbeat import AttemptHeartbeat
+from worker.isolation import JobUser, isolate_attempt
 from worker.job_environment import prepare_environment
 from worker.launch import Rendezvous, RunPaths
 from worker.monitor import AttemptMonitor, retry_db
@@ -227,6 +229,7 @@ def run_taken(
             )
     finally:
         heartbeat.stop()
+        record_job_disk_use(services.engine, ref.job_id, paths.data_dir)
         if not result.survivors:
             remove_note(paths.data_dir, ref.job_id, ref.attempt, ref.node)
     return result
@@ -254,6 +257,7 @@ def _run(
 ) -> None:
     """Prepare, launch and monitor the attempt; its outcome (or None) goes into `result`."""
     ref, paths, settings = result.ref, result.paths, services.settings
+    job_user: JobUser | None = None
     try:
         spec = parse_spec(taken.spec)
         environment = prepare_environment(
@@ -277,6 +281,11 @@ def _run(
             rendezvous=taken.rendezvous,
             python=str(environment.python) if environment is not None else None,
         )
+        job_user = isolate_attempt(
+            paths, ref.job_id, pool_size=settings.job_users, lease_dir=settings.job_user_lease_dir
+        )
+        if job_user is not None:
+            plan = replace(plan, env={**plan.env, **job_user.env(paths)})
         leave_note(paths.data_dir, ref.job_id, ref.attempt, paths.pids_file, ref.node)
         monitor = AttemptMonitor(
             services.engine,
@@ -289,6 +298,7 @@ def _run(
             heartbeat=heartbeat,
             rendezvous=taken.rendezvous,
             announce=None if ref.node is None else _announcer(services.engine, ref),
+            job_user=job_user,
         )
         result.outcome, result.survivors = monitor.run()
         if monitor.tree is not None:
@@ -306,6 +316,8 @@ def _run(
         raise
     finally:
         release_environments()
+        if job_user is not None:
+            job_user.release()
 
 
 def _announcer(engine: Engine, ref: AttemptRef) -> Callable[[Outcome], None]:

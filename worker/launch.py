@@ -6,10 +6,14 @@ it starts nothing and reads nothing, so every launch detail is tested without la
 Each rank's program is started through `rank_main.py` (see its docstring), which sends the
 rank's stdout and stderr to ``<log dir>/rank-<RANK>.log`` and records an uncaught exception:
 
-    torchrun:  python -P -m torch.distributed.run --nnodes=1 --nproc-per-node=N ...
-                   <worker>/rank_main.py --log-dir LOGS [--local-rank-arg]
+    torchrun:  python -I -m torch.distributed.run --nnodes=1 --nproc-per-node=N ... --no-python
+                   python -I -u <worker>/rank_main.py --log-dir LOGS [--local-rank-arg]
                    (--module M | --script S) ARGS
-    python:    python -u <worker>/rank_main.py --log-dir LOGS --script S ARGS    (one process)
+    python:    python -I -u <worker>/rank_main.py --log-dir LOGS --script S ARGS    (one process)
+
+Every interpreter runs isolated (``-I``: no ``PYTHON*`` variable, no user site directory, no
+working directory on ``sys.path``), so a job's `env` cannot steer what Python loads at start-up;
+the names below the interpreter (loader, C library) never reach it (`jobs.startup_env`).
 """
 
 import json
@@ -20,8 +24,11 @@ from pathlib import Path
 
 from jobs.contract import env as rank_env
 from jobs.spec import DEVICE_ENV, LAUNCHER_ENV, JobSpec
+from jobs.startup_env import is_startup_env
 
 RANK_ENTRY = Path(__file__).resolve().with_name("rank_main.py")
+# Isolated mode: PYTHON* variables and the user site ignored, nothing unsafe on sys.path.
+ISOLATED = "-I"
 LOCALHOST = "127.0.0.1"
 COLLECTIVE_TIMEOUT_ENV = rank_env.COLLECTIVE_TIMEOUT_S
 # Which node of a multi-node job a rank runs on (our node index, not torchrun's GROUP_RANK).
@@ -41,8 +48,15 @@ SECRET_ENV = frozenset(
         "LAUNCHBAY_TOKEN",
         "LAUNCHBAY_DATABASE_URL",
         "LAUNCHBAY_REDIS_URL",
+        "DATABASE_URL",
+        "REDIS_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
     }
 )
+# Nor the settings of the service's own Redis, RQ and PostgreSQL clients (passwords included).
+SECRET_ENV_PREFIXES = ("REDIS_", "RQ_", "PG", "POSTGRES_")
 
 
 @dataclass(frozen=True)
@@ -167,7 +181,7 @@ def build_launch(
             raise ValueError(f"recipe {spec.recipe!r} needs its module")
         cwd = paths.run_dir
         program = ["--module", recipe_module]
-    entry = [str(RANK_ENTRY), "--log-dir", str(paths.log_dir)]
+    entry = [python, ISOLATED, "-u", str(RANK_ENTRY), "--log-dir", str(paths.log_dir)]
     if spec.pass_local_rank_arg and spec.launcher == "torchrun":
         spelling = "auto" if spec.pass_local_rank_arg is True else spec.pass_local_rank_arg
         entry.append(f"--local-rank-arg={spelling}")
@@ -190,7 +204,7 @@ def build_launch(
         env.update(
             MASTER_ADDR=LOCALHOST, MASTER_PORT=str(port), WORLD_SIZE=str(spec.nproc_per_node)
         )
-        return LaunchPlan(argv=[python, "-u", *entry], env=env, cwd=cwd, launcher="python")
+        return LaunchPlan(argv=entry, env=env, cwd=cwd, launcher="python")
 
     if rendezvous is None:
         endpoint, local_addr, conf = f"{LOCALHOST}:{port}", LOCALHOST, []
@@ -200,7 +214,7 @@ def build_launch(
         conf = [f"--rdzv-conf=is_host={is_host},join_timeout={rendezvous.join_timeout_s}"]
     argv = [
         python,
-        "-P",  # the working directory holds user code: it must not shadow torch itself
+        ISOLATED,  # also: the working directory holds user code, which must not shadow torch
         "-m",
         "torch.distributed.run",
         f"--nnodes={spec.nnodes}",
@@ -212,6 +226,7 @@ def build_launch(
         *conf,
         f"--local-addr={local_addr}",
         f"--log-dir={paths.torchelastic_dir}",
+        "--no-python",  # the rank's interpreter and its flags are the entry's first words
         *entry,
     ]
     return LaunchPlan(argv=argv, env=env, cwd=cwd, expected_ranks=spec.nproc_per_node)
@@ -232,10 +247,14 @@ def build_env(
     """Every rank's environment (see `build_launch` for the order of precedence; the
     collective timeout is the one value of Launchbay's that `spec.env` may set)."""
     # Inherited launcher variables would only mislead this launch.
-    env = {k: v for k, v in base_env.items() if k not in SECRET_ENV and k not in LAUNCHER_ENV}
+    env = {
+        k: v
+        for k, v in base_env.items()
+        if k not in SECRET_ENV and k not in LAUNCHER_ENV and not k.startswith(SECRET_ENV_PREFIXES)
+    }
     env = {k: v for k, v in env.items() if not k.startswith("TORCHELASTIC_")}
     # The GPUs are the worker's to give, whatever the spec says (the API refuses them too).
-    env.update({k: v for k, v in spec.env.items() if k not in DEVICE_ENV})
+    env.update({k: v for k, v in spec.env.items() if k not in DEVICE_ENV and not is_startup_env(k)})
     env.update(gpu_env(spec, gpus))
     uses_cuda = spec.uses_cuda(cuda_available)
     if not uses_cuda and "OMP_NUM_THREADS" not in spec.env:

@@ -4,7 +4,9 @@
 
 asks the kernel to send SIGNAL to this process when its parent exits (``PR_SET_PDEATHSIG``,
 which an exec keeps), exits at once if the parent is no longer PARENT_PID (it died before the
-request took effect), records its PID as ``LAUNCHBAY_LAUNCHER_PID`` for the ranks (see
+request took effect), waits until the supervisor has put it in the job's cgroup when there is one
+(``LAUNCHBAY_CGROUP``, see `worker.cgroups`: nothing of the job may start outside it), records
+its PID as ``LAUNCHBAY_LAUNCHER_PID`` for the ranks (see
 `rank_main.py`), then execs COMMAND in this very process: the launcher keeps this PID.
 
 `worker.supervise.start_launcher` starts torchrun through it with SIGTERM, so a work horse that
@@ -16,9 +18,12 @@ Like `rank_main.py` it is run as a script and imports only the standard library.
 import ctypes
 import os
 import sys
+import time
 
 PR_SET_PDEATHSIG = 1
 LAUNCHER_PID_ENV = "LAUNCHBAY_LAUNCHER_PID"
+CGROUP_ENV = "LAUNCHBAY_CGROUP"
+CGROUP_WAIT_S = 30.0
 USAGE = "usage: lifeline.py PARENT_PID SIGNAL -- COMMAND [ARGS...]"
 
 
@@ -34,6 +39,23 @@ def die_with_parent(signal_number: int) -> bool:
         return False
 
 
+def wait_for_cgroup() -> None:
+    """Return once this process is in the job's cgroup named by CGROUP_ENV (if any); exit
+    rather than run the command outside it."""
+    wanted = os.environ.pop(CGROUP_ENV, "")
+    count, _, suffix = wanted.partition(":")
+    if not count.isdigit() or not suffix:
+        return
+    deadline = time.monotonic() + CGROUP_WAIT_S
+    while time.monotonic() < deadline:
+        with open("/proc/self/cgroup") as lines:
+            inside = sum(line.rstrip("\n").endswith(suffix) for line in lines)
+        if inside >= int(count):
+            return
+        time.sleep(0.005)
+    sys.exit(f"lifeline: not moved into the job cgroup {suffix}")
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < 4 or argv[2] != "--" or not argv[0].isdigit() or not argv[1].isdigit():
         raise SystemExit(USAGE)
@@ -41,6 +63,7 @@ def main(argv: list[str]) -> None:
     die_with_parent(signal_number)
     if os.getppid() != parent:
         os._exit(128 + signal_number)
+    wait_for_cgroup()
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
     os.execvp(command[0], command)
 

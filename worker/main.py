@@ -42,6 +42,7 @@ from rq.executions import Execution
 from rq.job import Job as RQJob
 from rq.worker import SHUTDOWN_SIGNAL
 
+from service.hardening import harden_service
 from service.models import utcnow
 from service.queue import (
     RUN_JOB_TASK,
@@ -63,6 +64,7 @@ from worker.devices import (
     detect_cuda,
     find_gpu_conflicts,
 )
+from worker.isolation import check_isolation
 from worker.lifeline import die_with_parent
 from worker.orphans import stop_orphans
 from worker.supervise import request_shutdown
@@ -296,6 +298,8 @@ def run_worker(
             level=logging_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
         )
     tasks.configure(settings)
+    harden_service(settings.data_dir.resolve(), settings.resolved_database_url)
+    check_isolation(settings.require_isolation)
     devices = choose_devices(gpus, cpu_slots)  # before CUDA is first asked about
     preload()
     cuda = detect_cuda()

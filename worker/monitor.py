@@ -37,9 +37,11 @@ from service.store import (
     read_job_state,
     transition_job,
 )
+from worker.cgroups import JobCgroup, cgroup_name
 from worker.checkpoints import CheckpointRegistrar
 from worker.heartbeat import AttemptHeartbeat
 from worker.ingest import Ingestor
+from worker.isolation import JobUser
 from worker.launch import LaunchPlan, Rendezvous, RunPaths
 from worker.outcome import Outcome, classify_exit, read_oom_kills
 from worker.supervise import (
@@ -121,11 +123,13 @@ class AttemptMonitor:
         heartbeat: AttemptHeartbeat,
         rendezvous: Rendezvous | None = None,
         announce: Callable[[Outcome], None] | None = None,
+        job_user: JobUser | None = None,
     ) -> None:
         """`rendezvous` (with `announce`) for a node of a multi-node job: `announce` is called
         with the outcome of a failing stop before the processes are stopped, so the attempt
         ends with this cause rather than with what the other nodes' ranks see next."""
         self.engine, self.settings = engine, settings
+        self.job_user = job_user
         self.heartbeat = heartbeat
         self.ref, self.spec = ref, spec
         self.job_id, self.attempt = ref.job_id, ref.attempt
@@ -158,14 +162,26 @@ class AttemptMonitor:
     def run(self) -> tuple[Outcome | None, list[int]]:
         """(the outcome, or None when the job was taken away; PIDs that outlived SIGKILL)."""
         oom_before = read_oom_kills()
+        cgroup = JobCgroup.create(
+            cgroup_name(self.job_id, self.attempt, self.node),
+            memory_limit_bytes=self.spec.memory_limit_bytes,
+            pids_max=self.settings.job_pids_max,
+        )
         try:
             tree = self.tree = start_launcher(
-                self.plan, self.paths.launcher_log, self.paths.pids_file
+                self.plan,
+                self.paths.launcher_log,
+                self.paths.pids_file,
+                cgroup,
+                user=None if self.job_user is None else (self.job_user.uid, self.job_user.gid),
             )
         except OSError as exc:
+            if cgroup is not None:
+                cgroup.remove()
             return Outcome(
                 JobState.FAILED, ExitReason.LAUNCH_ERROR, None, f"cannot start: {exc}"
             ), []
+        cgroup_oom = False
         yield_cpu_to_ranks()
         started = time.monotonic()
         stop: StopReason | None = None
@@ -193,6 +209,10 @@ class AttemptMonitor:
                 time.sleep(self.settings.worker_poll_s)
         finally:
             survivors = stop_job_processes(tree, self.settings.cancel_grace_s)
+            if cgroup is not None:
+                cgroup_oom = cgroup.oom_killed()
+                if not survivors:
+                    cgroup.remove()
         self.survivors = survivors
         self._note_restarts()  # one in the last moments still counts
         self._final_ingest()
@@ -206,7 +226,8 @@ class AttemptMonitor:
             launcher=self.plan.launcher,
             ranks_started=self.running,
             restart=self.restarts,
-            oom_killed=None not in (oom_before, oom_after) and oom_after != oom_before,
+            oom_killed=(None not in (oom_before, oom_after) and oom_after != oom_before)
+            or cgroup_oom,
         )
         return outcome, survivors
 

@@ -12,7 +12,7 @@ while its attempt runs, and removes it when nothing of the attempt is left. A wo
 and each work horse before its attempt, reads the notes of its own host: where the supervisor
 is gone (no process with that PID and start time since the same boot), every process still
 recorded in the attempt's `pids.json`, or whose environment names the attempt (and node), is
-SIGKILLed.
+SIGKILLed, and so is everything in the attempt's cgroup (`worker.cgroups`), which is removed.
 Notes of other hosts are never read (the data dir may be shared): PIDs mean nothing there.
 """
 
@@ -28,6 +28,7 @@ from pathlib import Path
 import psutil
 
 from jobs.contract import env as rank_env
+from worker.cgroups import JobCgroup, cgroup_name
 from worker.launch import NODE_ENV
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,11 @@ def stop_orphans(data_dir: Path, *, timeout_s: float = 5.0) -> list[int]:
             continue
         if abs(note.boot_time - boot_time) < 1 and _alive(note.pid, note.create_time):
             continue
+        group = JobCgroup.existing(cgroup_name(note.job_id, note.attempt, note.node))
+        if group is not None:
+            killed += group.pids()
+            group.kill_all(timeout_s)
+            group.remove()
         left = attempt_processes(note) if abs(note.boot_time - boot_time) < 1 else []
         stopped: set[int] = set()
         deadline = time.monotonic() + timeout_s

@@ -61,12 +61,12 @@ class ErrorRecord:
 def read_tail(path: Path, max_bytes: int = 256 * 1024) -> str:
     """The end of a text file ('' when there is none)."""
     try:
-        with open(path, "rb") as handle:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as handle:
             handle.seek(0, 2)
             size = handle.tell()
             handle.seek(max(0, size - max_bytes))
             return handle.read().decode("utf-8", "replace")
-    except FileNotFoundError:
+    except OSError:
         return ""
 
 
@@ -91,7 +91,8 @@ def read_error_records(log_dir: Path, restart: int) -> dict[int, ErrorRecord]:
     records = {}
     for file in log_dir.glob("rank-*.error.json"):
         try:
-            data = json.loads(file.read_text())
+            with open(os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as raw:
+                data = json.loads(raw.read(1 << 20))
             if int(data.get("restart", 0)) != restart:
                 continue
             record = ErrorRecord(

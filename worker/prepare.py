@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
 from jobs.spec import JobSpec
+from jobs.startup_env import startup_env_names
 from service.db import session_scope
 from service.store import list_checkpoints
 from worker.devices import CudaInfo, worker_devices
@@ -185,6 +186,9 @@ def prepare_attempt(
     meeting the others at `rendezvous`, for a multi-node job), run by `python` (the job's own
     environment's interpreter; by default the worker's)."""
     check_resources(spec, cuda)
+    if startup_env_names(spec.env):  # a spec stored before the API refused these names
+        names = ", ".join(startup_env_names(spec.env))
+        raise LaunchProblem(f"the job's env sets variables no job may set: {names}")
     module = recipe_module(spec.recipe) if spec.recipe is not None else None
     for directory in (paths.run_dir, paths.log_dir, paths.checkpoint_dir, paths.output_dir):
         directory.mkdir(parents=True, exist_ok=True)

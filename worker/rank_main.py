@@ -2,7 +2,7 @@
 
 torchrun (or, for the `python` launcher, the worker itself) starts
 
-    python -u rank_main.py --log-dir DIR [--local-rank-arg=auto|dash|underscore]
+    python -I -u rank_main.py --log-dir DIR [--local-rank-arg=auto|dash|underscore]
         (--module NAME | --script PATH) ARGS
 
 and this file:
@@ -164,15 +164,24 @@ def record_error(log_dir: Path, rank: str, summary: str, text: str, exit_code: i
         pass
 
 
+def _set_program_path(directory: str) -> None:
+    """Put the program's directory first on sys.path, as plain Python would: in place of this
+    file's directory, or, under ``-I`` (which adds none), in front."""
+    if sys.flags.safe_path:
+        sys.path.insert(0, directory)
+    else:
+        sys.path[0] = directory
+
+
 def run_program(kind: str, target: str, args: list[str]) -> None:
     if kind == "module":
         sys.argv = [target, *args]
-        sys.path[0] = os.getcwd()
+        _set_program_path(os.getcwd())
         runpy.run_module(target, run_name="__main__", alter_sys=True)
     else:
         script = os.path.abspath(target)
         sys.argv = [target, *args]
-        sys.path[0] = os.path.dirname(script)
+        _set_program_path(os.path.dirname(script))
         runpy.run_path(script, run_name="__main__")
 
 

@@ -12,6 +12,9 @@ directory, for whoever has to clean up after a worker that died (`worker.orphans
 Nothing of a job should outlive its supervisor either: the launcher is started through
 `lifeline.py`, which has the kernel SIGTERM it when the supervising process dies (torchrun then
 stops its ranks), and each rank has itself SIGKILLed when its launcher dies (`rank_main.py`).
+
+Where the worker can make cgroups (`worker.cgroups`), the launcher starts inside the attempt's
+own, and whatever is in it is the job's too, whatever it forked or `setsid`: what cannot escape.
 """
 
 import json
@@ -28,6 +31,7 @@ from pathlib import Path
 
 import psutil
 
+from worker.cgroups import CGROUP_ENV, JobCgroup
 from worker.launch import LaunchPlan
 
 log = logging.getLogger(__name__)
@@ -80,8 +84,14 @@ def _live_processes() -> dict[int, _Proc]:
 class ProcessTree:
     """The launcher (our child) and every process recorded under it."""
 
-    def __init__(self, popen: "subprocess.Popen[bytes]", pids_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        popen: "subprocess.Popen[bytes]",
+        pids_file: Path | None = None,
+        cgroup: JobCgroup | None = None,
+    ) -> None:
         self.popen = popen
+        self.cgroup = cgroup
         self.records: dict[int, ProcessRecord] = {}
         self.descendants = 0
         self._pids_file = pids_file
@@ -144,14 +154,16 @@ class ProcessTree:
             log.warning("could not write %s", self._pids_file, exc_info=True)
 
     def find_live(self) -> list[int]:
-        """PIDs alive now that belong to the job: recorded ones, or in a recorded session/group."""
+        """PIDs alive now that belong to the job: in its cgroup, recorded ones, or in a recorded
+        session/group."""
+        in_cgroup = self.cgroup.pids() - self._own if self.cgroup is not None else set()
         groups = {r.sid for r in self.records.values()} | {r.pgid for r in self.records.values()}
         groups -= self._own_groups
         found = []
         for proc in _live_processes().values():
             if proc.pid in self._own:
                 continue
-            if self._is_ours(proc):
+            if self._is_ours(proc) or proc.pid in in_cgroup:
                 found.append(proc.pid)
                 continue
             try:
@@ -168,21 +180,36 @@ def with_lifeline(argv: list[str], signal_number: int = signal.SIGTERM) -> list[
     return [*lifeline, "--", *argv]
 
 
-def start_launcher(plan: LaunchPlan, output: Path, pids_file: Path | None = None) -> ProcessTree:
-    """Start the plan's command in a session of its own, its output appended to `output`; it is
-    SIGTERMed by the kernel if this process dies first."""
+def start_launcher(
+    plan: LaunchPlan,
+    output: Path,
+    pids_file: Path | None = None,
+    cgroup: JobCgroup | None = None,
+    user: tuple[int, int] | None = None,
+) -> ProcessTree:
+    """Start the plan's command in a session of its own (and in `cgroup`, before it runs
+    anything), its output appended to `output`; it is SIGTERMed by the kernel if this process
+    dies first. With `user` (uid, gid), the command runs as that user (`worker.isolation`)."""
     output.parent.mkdir(parents=True, exist_ok=True)
-    with open(output, "ab") as out:
+    env = plan.env if cgroup is None else {**plan.env, CGROUP_ENV: cgroup.launcher_env}
+    # Never through a link: the job user may own the directory.
+    out_fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    with open(out_fd, "ab") as out:
         popen = subprocess.Popen(
             with_lifeline(plan.argv),
-            env=plan.env,
+            env=env,
             cwd=plan.cwd,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            user=None if user is None else user[0],
+            group=None if user is None else user[1],
+            extra_groups=None if user is None else [],
         )
-    return ProcessTree(popen, pids_file)
+    if cgroup is not None:
+        cgroup.add(popen.pid)
+    return ProcessTree(popen, pids_file, cgroup)
 
 
 def _kill(pid: int, sig: signal.Signals, group: bool = False) -> None:
@@ -214,7 +241,7 @@ def stop_job_processes(
     while True:
         tree.poll()
         if tree.returncode() is not None and not tree.find_live():
-            return []
+            return tree.cgroup.kill_all() if tree.cgroup is not None else []
         if time.monotonic() >= deadline:
             break
         time.sleep(0.1)
@@ -227,7 +254,7 @@ def stop_job_processes(
         for pid in live:
             _kill(pid, signal.SIGKILL)
         if tree.returncode() is not None and not live:
-            return []
+            return tree.cgroup.kill_all() if tree.cgroup is not None else []
         if time.monotonic() >= deadline:
             log.error("processes of the job survived SIGKILL: %s", live)
             return live

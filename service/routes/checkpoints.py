@@ -40,9 +40,10 @@ def download_checkpoint(
     range_header: Annotated[str | None, Header(alias="range")] = None,
 ) -> FileResponse:
     checkpoint = resolve_checkpoint(job, ref, store.list_checkpoints(session, job.id))
-    data_dir = settings.data_dir.resolve()
-    path = (data_dir / checkpoint.path).resolve()
-    if not path.is_relative_to(data_dir) or not path.is_file():
+    # Inside the job's own directory: its files are the job user's, who may link anywhere.
+    job_dir = (settings.checkpoints_dir / job.id).resolve()
+    path = (settings.data_dir.resolve() / checkpoint.path).resolve()
+    if not path.is_relative_to(job_dir) or not path.is_file():
         raise NotFound(
             f"the file of checkpoint {checkpoint.id} is gone",
             detail={"checkpoint_id": checkpoint.id},

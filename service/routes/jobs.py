@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
-from service import code_store, policy, store
+from service import code_store, policy, quota, store
 from service.deps import (
     CurrentPrincipal,
     ExecutorDep,
@@ -69,6 +69,7 @@ def submit_job(
         if existing is not None:
             return _replay(existing, request_hash, response)
     # After the replay: a client retrying with its key is never refused for the rate.
+    quota.check_disk_quota(session, principal, settings)
     policy.check_submission_rate(redis, principal.name, settings.submissions_per_minute)
     try:
         job = store.create_job(

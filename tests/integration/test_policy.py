@@ -77,6 +77,10 @@ def stored_spec(settings: Settings, job_id: str) -> dict[str, Any]:
         "TORCHELASTIC_RUN_ID",
         "PYTHONPATH",
         "pythonpath",
+        "PYTHONWARNINGS",
+        "BROWSER",
+        "GCONV_PATH",
+        "MALLOC_ARENA_MAX",
         "CUDA_VISIBLE_DEVICES",
         "cuda_visible_devices",
         "NVIDIA_VISIBLE_DEVICES",
@@ -313,3 +317,27 @@ def test_policy_settings_read_comma_separated_lists(monkeypatch: pytest.MonkeyPa
     ]
     monkeypatch.delenv("LAUNCHBAY_FORBIDDEN_ENV")
     assert policy.forbidden_env_names(names, Settings().forbidden_env) == ["LD_PRELOAD"]
+
+
+def test_an_owner_over_the_disk_quota_is_refused_and_nothing_is_stored(
+    api: TestClient, settings: Settings, user: str
+) -> None:
+    api.app.state.settings = settings.model_copy(update={"owner_disk_quota_bytes": 10_000})  # type: ignore[attr-defined]
+    first = send(api, "POST", "/v1/jobs", user, json=SYNTHETIC)
+    assert first.status_code == 201
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        with Session(engine) as session:  # what the worker records when the attempt ends
+            job = session.get(Job, first.json()["id"])
+            assert job is not None
+            job.disk_bytes = 10_000
+            session.add(job)
+            session.commit()
+    finally:
+        engine.dispose()
+    before = count_jobs(settings)
+    error = assert_error_body(send(api, "POST", "/v1/jobs", user, json=SYNTHETIC), 403)
+    assert error["code"] == "disk_quota_exceeded"
+    assert error["detail"] == {"used_bytes": 10_000, "quota_bytes": 10_000}
+    assert count_jobs(settings) == before
+    assert send(api, "POST", "/v1/jobs", ADMIN_TOKEN, json=SYNTHETIC).status_code == 201

@@ -27,6 +27,7 @@ from service.models import Checkpoint, Job, JobEvent, LogLine, MetricPoint
 from service.queue import RQExecutor
 from service.settings import Settings
 from service.store import create_job, list_checkpoints
+from tests.support.isolation import reachable_by_job_users
 from tests.support.procs import job_processes
 from worker.attempt import AttemptResult, run_attempt
 from worker.context import AttemptServices
@@ -127,7 +128,7 @@ class WorkerEnv:
 def make_worker_env(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[WorkerEnv]:
     upgrade_database(database_url)
     settings = Settings(
-        data_dir=tmp_path / "data",
+        data_dir=reachable_by_job_users(tmp_path / "data"),
         database_url=database_url,
         redis_url=redis_url,
         cancel_grace_s=2.0,

@@ -61,7 +61,7 @@ def test_torchrun_recipe() -> None:
     result = plan(spec(nproc_per_node=4, max_restarts=2, args=["--x", "1"]))
     assert result.argv == [
         PY,
-        "-P",
+        "-I",
         "-m",
         "torch.distributed.run",
         "--nnodes=1",
@@ -72,6 +72,10 @@ def test_torchrun_recipe() -> None:
         "--rdzv-id=job1-3",
         "--local-addr=127.0.0.1",
         f"--log-dir={PATHS.log_dir / 'torchelastic'}",
+        "--no-python",
+        PY,
+        "-I",
+        "-u",
         str(RANK_ENTRY),
         "--log-dir",
         str(PATHS.log_dir),
@@ -114,6 +118,7 @@ def test_python_launcher() -> None:
     result = plan(spec(code=code, launcher="python", nproc_per_node=3, args=["b"]))
     assert result.argv == [
         PY,
+        "-I",
         "-u",
         str(RANK_ENTRY),
         "--log-dir",

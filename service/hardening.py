@@ -1,0 +1,46 @@
+"""What keeps the service's secrets from the jobs it runs, on the service's side: its
+processes are not dumpable (no other process of its uid reads /proc/<pid>/environ or its
+memory), and its files are closed to other users (docs/security.md)."""
+
+import ctypes
+import os
+from pathlib import Path
+
+PR_SET_DUMPABLE = 4
+
+
+def make_non_dumpable() -> bool:
+    """Close this process's /proc/<pid>/environ, mem and the like to every other process of
+    its uid (``prctl(PR_SET_DUMPABLE, 0)``); False where the platform cannot."""
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def tighten(path: Path, mode: int) -> None:
+    try:
+        os.chmod(path, mode)
+    except FileNotFoundError:
+        pass
+
+
+def protect_service_files(data_dir: Path, database_url: str) -> None:
+    """The modes that keep a job user out of the service's files (see the module docstring)."""
+    for sub in ("", "runs", "checkpoints", "artifacts", "envs", "code"):
+        (data_dir / sub).mkdir(parents=True, exist_ok=True)
+        tighten(data_dir / sub, 0o711)
+    tighten(data_dir / "supervisors", 0o700)
+    if database_url.startswith("sqlite:///"):
+        database = Path(database_url.removeprefix("sqlite:///"))
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            tighten(database.with_name(database.name + suffix), 0o600)
+
+
+def harden_service(data_dir: Path, database_url: str) -> None:
+    """At the start of the API and of a worker."""
+    make_non_dumpable()
+    try:
+        protect_service_files(data_dir, database_url)
+    except OSError:
+        pass  # a data dir of another owner (a worker on a shared volume): its owner's to set

@@ -1,0 +1,75 @@
+"""A service process made non-dumpable keeps its environment even from its own uid (the API
+and the worker do it at start), and the SQLite database is closed to other users."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.hardening import harden_service
+from worker.isolation import ensure_job_user
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another uid")
+
+HOLDER = (
+    "import sys, time\n"
+    "from service.hardening import make_non_dumpable\n"
+    "if sys.argv[1] == 'hardened': make_non_dumpable()\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+READER = (
+    "import sys\n"
+    "try:\n"
+    "    open(f'/proc/{sys.argv[1]}/environ', 'rb').read()\n"
+    "    print('read')\n"
+    "except OSError as exc:\n"
+    "    print(type(exc).__name__)\n"
+)
+
+
+def read_as_same_uid(uid: int, gid: int, mode: str) -> str:
+    env = {"PATH": os.environ["PATH"], "SECRET_OF_THE_SERVICE": "x"}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, mode],
+        env=env,
+        user=uid,
+        group=gid,
+        extra_groups=[],
+        cwd=Path.cwd(),
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"ready"
+        done = subprocess.run(
+            [sys.executable, "-c", READER, str(holder.pid)],
+            user=uid,
+            group=gid,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return done.stdout.strip()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_non_dumpable_process_hides_its_environment_from_its_own_uid() -> None:
+    uid, gid = ensure_job_user("launchbay-job-0")
+    assert read_as_same_uid(uid, gid, "plain") == "read"  # this test can fail
+    assert read_as_same_uid(uid, gid, "hardened") == "PermissionError"
+
+
+def test_the_database_file_is_the_services_alone(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    database = data / "launchbay.db"
+    database.write_bytes(b"x")
+    os.chmod(database, 0o644)
+    harden_service(data, f"sqlite:///{database}")
+    assert database.stat().st_mode & 0o777 == 0o600
+    assert data.stat().st_mode & 0o777 == 0o711

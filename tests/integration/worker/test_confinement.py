@@ -1,0 +1,101 @@
+"""Every process of a job ends with its attempt, found by its cgroup: a daemon that double-forks,
+`setsid`s, ignores SIGTERM and drops the job's environment is gone after success and after a
+cancel."""
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from jobs.states import JobState
+from service.db import session_scope
+from service.store import transition_job
+from tests.integration.worker.conftest import WorkerEnv
+from tests.integration.worker.test_stops import run_in_background
+from tests.support.procs import wait_until
+from worker.cgroups import cgroup_name, detect_hierarchies
+
+pytestmark = pytest.mark.skipif(
+    not detect_hierarchies(), reason="needs a writable cgroup hierarchy (root; CI runs as root)"
+)
+
+
+def marked(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and (
+                proc.environ().get("DAEMON_MARKER") == marker
+            ):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def pid_file(wenv: WorkerEnv, job_id: str) -> Path:
+    return wenv.settings.checkpoints_dir / job_id / "daemon.pid"
+
+
+@pytest.fixture
+def daemon_env() -> Iterator[dict[str, str]]:
+    marker = uuid.uuid4().hex
+    try:
+        yield {"DAEMON_MARKER": marker}
+    finally:
+        for proc in marked(marker):
+            proc.kill()
+
+
+def assert_gone(wenv: WorkerEnv, job_id: str, env: dict[str, str]) -> None:
+    pid = int(pid_file(wenv, job_id).read_text())
+    assert not marked(env["DAEMON_MARKER"]), "the daemon outlived its job"
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    for hierarchy in detect_hierarchies():
+        assert not (hierarchy.base / cgroup_name(job_id, 1)).exists()
+
+
+def test_a_daemon_is_gone_when_its_job_succeeds(
+    wenv: WorkerEnv, daemon_env: dict[str, str]
+) -> None:
+    job_id = wenv.submit("daemon.py", nproc_per_node=1, env=daemon_env)
+    result = wenv.run(job_id)
+    assert wenv.job(job_id).state == "succeeded", wenv.job(job_id).message
+    assert not result.survivors
+    assert_gone(wenv, job_id, daemon_env)
+
+
+def test_a_daemon_is_gone_when_its_job_is_cancelled(
+    wenv: WorkerEnv, daemon_env: dict[str, str]
+) -> None:
+    job_id = wenv.submit("daemon.py", nproc_per_node=1, args=["wait"], env=daemon_env)
+    thread, _ = run_in_background(wenv, job_id)
+    assert wait_until(lambda: pid_file(wenv, job_id).exists(), timeout=60)
+    assert wait_until(lambda: wenv.job(job_id).state == "running", timeout=30)
+    with session_scope(wenv.engine) as session:
+        assert transition_job(session, job_id, JobState.CANCELLING)
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert wenv.job(job_id).state == "cancelled"
+    assert_gone(wenv, job_id, daemon_env)
+
+
+def test_a_job_over_its_memory_limit_ends_oom(wenv: WorkerEnv) -> None:
+    job_id = wenv.submit("hog.py", launcher="python", nproc_per_node=1, memory_limit_bytes=2**28)
+    wenv.run(job_id)
+    job = wenv.job(job_id)
+    assert (job.state, job.exit_reason) == ("failed", "oom"), job.message
+    assert not any("never ran out" in line.line for line in wenv.logs(job_id))
+
+
+def test_a_jobs_disk_use_is_measured_when_its_attempt_ends(wenv: WorkerEnv) -> None:
+    size = 3 * 2**20
+    job_id = wenv.submit(
+        "writer.py", launcher="python", nproc_per_node=1, env={"WRITE_BYTES": str(size)}
+    )
+    wenv.run(job_id)
+    job = wenv.job(job_id)
+    assert job.state == "succeeded", job.message
+    assert job.disk_bytes is not None and size <= job.disk_bytes < size + 2**20

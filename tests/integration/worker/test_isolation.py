@@ -1,0 +1,75 @@
+"""A job runs as a job user: it finds no credential of the service anywhere it can look, and
+cannot open the database, the worker's environment or another job's files (real torchrun,
+real worker as root)."""
+
+import hashlib
+import json
+import os
+import secrets
+
+import pytest
+
+from service.hardening import harden_service
+from tests.integration.worker.conftest import WorkerEnv
+from worker.isolation import JOB_USER_PREFIX, can_switch_users, lease_job_user
+
+pytestmark = pytest.mark.skipif(not can_switch_users(), reason="job users need a root worker")
+
+
+def test_a_job_reaches_nothing_of_the_service_or_of_another_job(
+    wenv: WorkerEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admin, redis_password = f"lb_{secrets.token_urlsafe(32)}", secrets.token_urlsafe(16)
+    redis_url = f"redis://:{redis_password}@127.0.0.1:6379/0"
+    for name, value in {
+        "LAUNCHBAY_ADMIN_TOKEN": admin,
+        "LAUNCHBAY_REDIS_URL": redis_url,
+        "REDIS_PASSWORD": redis_password,
+        "PGPASSWORD": redis_password,
+    }.items():
+        monkeypatch.setenv(name, value)  # in the worker's environment, as a careless operator's
+    data = wenv.settings.data_dir.resolve()
+    database = wenv.settings.resolved_database_url
+    harden_service(data, database)  # what `launchbay api` and `launchbay worker` do at start
+
+    other = wenv.submit("single.py", launcher="python", nproc_per_node=1)
+    wenv.run(other)
+    assert wenv.job(other).state == "succeeded"
+
+    env = {
+        "SNOOP_DATA_DIR": str(data),
+        "SNOOP_OTHER_JOB": other,
+        "SNOOP_DATABASE": database.removeprefix("sqlite:///"),
+        "SNOOP_WORKER_PID": str(os.getpid()),
+    }
+    job_id = wenv.submit("snoop.py", nproc_per_node=1, env=env)
+    code_id = hashlib.sha256(b"snoop.py").hexdigest()
+    (wenv.settings.code_dir / code_id / "secrets.txt").write_text(f"{admin}\n{redis_password}\n")
+    wenv.run(job_id)
+    assert wenv.job(job_id).state == "succeeded", wenv.job(job_id).message
+    report = json.loads((wenv.settings.checkpoints_dir / job_id / "snoop.json").read_text())
+
+    assert report["uid"] not in (0, os.getuid())
+    assert report["user"].startswith(JOB_USER_PREFIX)
+    assert report["found"] == []
+    assert report["database"] == "PermissionError"
+    assert report["worker_environ"] == "PermissionError"
+    assert report["other_logs"] == "PermissionError"
+    assert report["other_log_file"] == "PermissionError"
+    assert report["other_checkpoints"] == "PermissionError"
+    assert report["data_dir_listing"] == "PermissionError"
+
+
+def test_no_two_jobs_share_a_job_user_at_once(wenv: WorkerEnv) -> None:
+    lease_dir, pool = wenv.settings.job_user_lease_dir, wenv.settings.job_users
+    first = lease_job_user(lease_dir, pool, "job-a")
+    other = lease_job_user(lease_dir, pool, "job-b")
+    node = lease_job_user(lease_dir, pool, "job-a")  # another node of job-a on this host
+    assert first is not None and other is not None and node is not None
+    try:
+        assert first.uid != other.uid
+        assert node.uid == first.uid
+        assert {first.uid, other.uid}.isdisjoint({0, os.getuid()})
+    finally:
+        for user in (node, other, first):
+            user.release()

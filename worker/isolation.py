@@ -1,0 +1,266 @@
+"""Ranks run with less than the worker: a uid of their own, directories only they may write,
+and nothing of the service's to read.
+
+**Job users.** A worker running as root runs each attempt's launcher and ranks as one of the
+pool users ``launchbay-job-0`` … ``launchbay-job-<N-1>`` (`LAUNCHBAY_JOB_USERS`, made with
+``useradd --system`` on first use; the Docker image makes them in advance, a bare-metal install
+may too, see docs/security.md). A user is leased per job and host: a lock file in
+`LAUNCHBAY_JOB_USER_LEASE_DIR` (host-local) held with ``flock`` by the supervising process,
+exclusive while one attempt takes it, shared by the nodes of that same job on this host; the
+kernel drops the lock when its holder dies. So no other job, of any owner, runs under that uid
+at the same time, and it is never the API's or the worker's uid. When a lease is taken, and
+when the last holder gives it back, every process of that uid is SIGKILLed.
+
+**Directories.** The run directory stays the worker's (0711: the job may pass, not list); in
+it the job owns, mode 0700, ``logs/``, ``home/`` (its ``HOME``), ``tmp/`` (its ``TMPDIR``),
+``code/`` and the events file; it owns its checkpoint and artifacts directories (mode 0750,
+group: the data dir's, so an API running under the service's uid can serve the files). The data
+dir, ``runs/``, ``checkpoints/``, ``artifacts/``, ``envs/`` and ``code/`` are 0711, the SQLite
+database 0600 and ``supervisors/`` 0700. The worker never follows a link the job may have
+planted when it writes or reads a job file (``O_NOFOLLOW``), and the API serves a checkpoint
+only from inside its job's directory.
+
+**Without root** none of this can happen: the ranks run as the worker's user (the worker warns
+at start), or the worker refuses to start with `LAUNCHBAY_REQUIRE_ISOLATION=true`.
+"""
+
+import fcntl
+import logging
+import os
+import pwd
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from service.hardening import tighten as _tighten
+from worker.cgroups import describe_support
+from worker.launch import RunPaths
+
+log = logging.getLogger(__name__)
+
+JOB_USER_PREFIX = "launchbay-job-"
+
+
+def can_switch_users() -> bool:
+    return os.geteuid() == 0
+
+
+def describe_isolation() -> str | None:
+    """None when jobs run under job users here; else the warning the worker logs at start."""
+    if can_switch_users():
+        return None
+    return (
+        f"the worker is not root (uid {os.geteuid()}): jobs run under the worker's own uid and "
+        "can read its environment, the database and every other job's files; run the worker "
+        "as root for job users (docs/security.md), or set LAUNCHBAY_REQUIRE_ISOLATION=true to "
+        "refuse to start like this"
+    )
+
+
+def ensure_job_user(name: str) -> tuple[int, int]:
+    """(uid, gid) of `name`, made as a system user without a home or a shell when missing."""
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
+             "/nonexistent", "--shell", "/usr/sbin/nologin", name],
+            capture_output=True,
+        )  # fmt: skip
+        entry = pwd.getpwnam(name)  # made by us, or by another worker at the same moment
+    return entry.pw_uid, entry.pw_gid
+
+
+def kill_user_processes(uid: int, timeout_s: float = 5.0) -> list[int]:
+    """SIGKILL every process whose real or effective uid is `uid` until none is left; returns
+    the PIDs killed."""
+    killed: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = []
+        for proc in psutil.process_iter(["uids", "status"]):
+            uids = proc.info["uids"]
+            if uids is None or proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if uid in (uids.real, uids.effective):
+                left.append(proc.pid)
+        if not left or time.monotonic() >= deadline:
+            if left:
+                log.error("processes of uid %d survive SIGKILL: %s", uid, left)
+            return sorted(killed)
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.05)
+
+
+@dataclass
+class JobUser:
+    """A leased job user; `release` gives it back."""
+
+    name: str
+    uid: int
+    gid: int
+    lock_fd: int
+    paths: RunPaths | None = None
+
+    def env(self, paths: RunPaths) -> dict[str, str]:
+        """What the ranks' environment says of their user."""
+        return {
+            "HOME": str(paths.run_dir / "home"),
+            "TMPDIR": str(paths.run_dir / "tmp"),
+            "USER": self.name,
+            "LOGNAME": self.name,
+        }
+
+    def release(self) -> list[int]:
+        """Give the lease back; the last holder kills what is left under the uid. The job's
+        files become the worker's again: the next job under this uid must not own them."""
+        killed: list[int] = []
+        try:
+            last = True
+            try:
+                fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                last = False  # another node of the job still runs under it
+            if last:
+                killed = kill_user_processes(self.uid)
+            if self.paths is not None:
+                take_back_directories(self.paths, checkpoints=last)
+        finally:
+            os.close(self.lock_fd)
+        return killed
+
+
+def lease_job_user(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None:
+    """A job user no other job holds (one this job's other nodes here hold, if any); None when
+    the pool is exhausted."""
+    lease_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for index in range(pool_size):
+        lock = lease_dir / f"{index}.lock"
+        owner = lease_dir / f"{index}.job"
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fresh = True
+        except BlockingIOError:
+            fresh = False
+        if not fresh:
+            try:
+                same_job = owner.read_text() == job_id
+                if same_job:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except (OSError, BlockingIOError):
+                same_job = False
+            if not same_job:
+                os.close(fd)
+                continue
+        name = f"{JOB_USER_PREFIX}{index}"
+        uid, gid = ensure_job_user(name)
+        if fresh:
+            kill_user_processes(uid)  # whatever a dead worker's job left under it
+            owner.write_text(job_id)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        return JobUser(name, uid, gid, fd)
+    return None
+
+
+def _chown_tree(path: Path, uid: int, gid: int) -> None:
+    os.lchown(path, uid, gid)
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), uid, gid)
+
+
+def give_directories(paths: RunPaths, user: JobUser) -> None:
+    """Make the attempt's directories the job user's (see the module docstring)."""
+    group = os.stat(paths.data_dir).st_gid
+    for directory in (paths.run_dir.parent, paths.run_dir):
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chown(directory, 0, group)
+        _tighten(directory, 0o711)
+    for sub in ("home", "tmp", "logs"):
+        (paths.run_dir / sub).mkdir(exist_ok=True)
+    paths.log_dir.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(paths.events_file, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+    os.close(os.open(paths.launcher_log, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+    for owned in (paths.run_dir / "home", paths.run_dir / "tmp", paths.log_dir, paths.code_dir):
+        if owned.exists() and not owned.is_symlink():
+            _chown_tree(owned, user.uid, user.gid)
+            _tighten(owned, 0o700)
+    if paths.code_dir.is_symlink():
+        # The job's one read-only copy of its code, shared by its attempts: the worker's, and
+        # readable by this job's user (its group) alone.
+        for top, dirs, files in os.walk(str(paths.code_dir.resolve())):
+            os.lchown(top, 0, user.gid)
+            _tighten(Path(top), 0o750)
+            for name in dirs + files:
+                os.lchown(os.path.join(top, name), 0, user.gid)
+    os.lchown(paths.events_file, user.uid, user.gid)
+    # Checkpoints and artifacts: the job's to write, readable by the service's group to serve.
+    for shared in (paths.checkpoint_dir, paths.output_dir):
+        shared.mkdir(parents=True, exist_ok=True)
+        _chown_tree(shared, user.uid, group)
+        _tighten(shared, 0o750)
+
+
+def take_back_directories(paths: RunPaths, *, checkpoints: bool) -> None:
+    """The attempt's directories (and its job's checkpoints) owned by the worker again."""
+    group = os.stat(paths.data_dir).st_gid
+    owned = [paths.run_dir / "home", paths.run_dir / "tmp", paths.log_dir, paths.code_dir]
+    owned += [paths.events_file, *([paths.checkpoint_dir, paths.output_dir] if checkpoints else [])]
+    for path in owned:
+        if path.exists() and not path.is_symlink():
+            _chown_tree(path, os.getuid(), group)
+
+
+def check_reachable(data_dir: Path) -> str | None:
+    """Why a job user cannot reach `data_dir` (a directory above it others may not search), or
+    None."""
+    for directory in (data_dir, *data_dir.parents):
+        if not os.stat(directory).st_mode & 0o001:
+            return f"{directory} is not searchable by other users (chmod o+x)"
+    return None
+
+
+def isolate_attempt(
+    paths: RunPaths, job_id: str, *, pool_size: int, lease_dir: Path
+) -> JobUser | None:
+    """Lease a job user and give it the attempt's directories; None where the worker cannot
+    switch users. Raises `LaunchProblem` when it should and cannot."""
+    from worker.prepare import LaunchProblem
+
+    if not can_switch_users():
+        return None
+    problem = check_reachable(paths.data_dir)
+    if problem is not None:
+        raise LaunchProblem(f"the job's user cannot reach the data dir: {problem}")
+    user = lease_job_user(lease_dir, pool_size, job_id)
+    if user is None:
+        raise LaunchProblem(f"all {pool_size} job users of this worker's host are in use")
+    user.paths = paths
+    try:
+        give_directories(paths, user)
+    except BaseException:
+        user.release()
+        raise
+    return user
+
+
+def check_isolation(require: bool) -> None:
+    """At worker start: warn loudly what is not isolated here; exit when `require`d."""
+    problems = [p for p in (describe_isolation(), describe_support()) if p]
+    for problem in problems:
+        log.warning("JOBS ARE NOT ISOLATED: %s", problem)
+    if require and problems:
+        raise SystemExit(
+            "LAUNCHBAY_REQUIRE_ISOLATION is set, but jobs cannot be isolated here: "
+            + "; ".join(problems)
+        )
