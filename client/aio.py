@@ -57,10 +57,12 @@ class AsyncClient:
         transport: httpx.AsyncBaseTransport | None = None,
         retries: int = 3,
         backoff_s: float = 0.5,
+        reconnect_s: float = http.STREAM_RECONNECT_S,
     ) -> None:
         self.api_url = http.resolve_api_url(api_url)
         self.retries = retries
         self.backoff_s = backoff_s
+        self.reconnect_s = reconnect_s
         self._http = httpx.AsyncClient(
             base_url=self.api_url,
             headers=http.default_headers(token),
@@ -174,7 +176,7 @@ class AsyncClient:
         """As `Client.stream_events`: resumes with Last-Event-ID, ends with the job."""
         parser = SSEParser(last_event_id=last_event_id)
         path = http.job_path(job_id, "events")
-        failures = 0
+        outage = http.Outage(self.retries, self.reconnect_s)
         while True:
             seen = parser.last_event_id
             try:
@@ -185,23 +187,24 @@ class AsyncClient:
                         event = parser.feed(line)
                         if event is None:
                             continue
-                        failures = 0
+                        outage.ended()
                         if http.is_repeat(event.id, seen):
                             continue
                         seen = event.id
                         yield event
                         if event.is_terminal:
                             return
+                if (await self.get_job(job_id)).is_terminal():
+                    return
             except httpx.ReadTimeout:
                 continue
-            except httpx.TransportError as exc:
-                failures += 1
-                if failures > self.retries:
+            except (httpx.TransportError, ConnectionFailed) as exc:
+                if outage.failed():
+                    if isinstance(exc, ConnectionFailed):
+                        raise
                     raise ConnectionFailed(self.api_url, http.describe(exc)) from exc
-                await self._backoff(failures - 1, parser.retry_ms)
+                await self._backoff(outage.failures - 1, parser.retry_ms)
                 continue
-            if (await self.get_job(job_id)).is_terminal():
-                return
             await self._backoff(0, parser.retry_ms or 1000)
 
     async def list_checkpoints(self, job_id: str) -> list[Checkpoint]:

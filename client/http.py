@@ -6,6 +6,7 @@ only in how they wait for the network.
 
 import hashlib
 import os
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +20,9 @@ from client.errors import ChecksumMismatch
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 MAX_BACKOFF_S = 10.0
+# How long an event stream keeps reconnecting through an API that does not answer (a restart,
+# a deploy) before it gives up with ConnectionFailed.
+STREAM_RECONNECT_S = 60.0
 CHUNK_BYTES = 1024 * 1024
 IDEMPOTENT_METHODS = ("GET", "HEAD", "DELETE")
 
@@ -44,6 +48,27 @@ def default_headers(token: str | None) -> dict[str, str]:
 def backoff_delay(backoff_s: float, attempt: int, server_ms: int | None = None) -> float:
     delay = server_ms / 1000 if server_ms is not None else backoff_s * 2**attempt
     return min(max(delay, 0.0), MAX_BACKOFF_S)
+
+
+class Outage:
+    """Consecutive failures of one event stream: it gives up after more than `retries` of them
+    that together spanned at least `window_s` seconds."""
+
+    def __init__(self, retries: int, window_s: float) -> None:
+        self.retries, self.window_s = retries, window_s
+        self.failures = 0
+        self.since: float | None = None
+
+    def ended(self) -> None:
+        self.failures, self.since = 0, None
+
+    def failed(self) -> bool:
+        """Count a failure; True when it is time to give up."""
+        now = time.monotonic()
+        self.failures += 1
+        if self.since is None:
+            self.since = now
+        return self.failures > self.retries and now - self.since >= self.window_s
 
 
 def job_path(job_id: str, *rest: str) -> str:

@@ -73,10 +73,12 @@ class Client:
         transport: httpx.BaseTransport | None = None,
         retries: int = 3,
         backoff_s: float = 0.5,
+        reconnect_s: float = http.STREAM_RECONNECT_S,
     ) -> None:
         self.api_url = http.resolve_api_url(api_url)
         self.retries = retries
         self.backoff_s = backoff_s
+        self.reconnect_s = reconnect_s
         self._http = httpx.Client(
             base_url=self.api_url,
             headers=http.default_headers(token),
@@ -206,35 +208,38 @@ class Client:
         `close()` the generator to stop early; that closes the connection.
 
         A dropped connection is reopened with `Last-Event-ID`, so no event is missed or
-        repeated; ConnectionFailed is raised once `retries` reconnects in a row bring nothing.
-        A stream that the server closes early is reopened too, unless the job has ended.
+        repeated, through an API that does not answer for up to `reconnect_s` seconds (a
+        restart); ConnectionFailed is raised once more than `retries` reconnects in a row,
+        spanning at least that long, bring nothing. A stream that the server closes early is
+        reopened too, unless the job has ended.
         """
         parser = SSEParser(last_event_id=last_event_id)
         path = http.job_path(job_id, "events")
-        failures = 0
+        outage = http.Outage(self.retries, self.reconnect_s)
         while True:
             seen = parser.last_event_id
             try:
                 headers = http.event_headers(parser.last_event_id)
                 with self._stream("GET", path, headers=headers) as response:
                     for event in parser.parse(response.iter_lines()):
-                        failures = 0
+                        outage.ended()
                         if http.is_repeat(event.id, seen):
                             continue
                         seen = event.id
                         yield event
                         if event.is_terminal:
                             return
+                if self.get_job(job_id).is_terminal():
+                    return
             except httpx.ReadTimeout:
                 continue  # a quiet stream, not a broken one: reopen at once
-            except httpx.TransportError as exc:
-                failures += 1
-                if failures > self.retries:
+            except (httpx.TransportError, ConnectionFailed) as exc:
+                if outage.failed():
+                    if isinstance(exc, ConnectionFailed):
+                        raise
                     raise ConnectionFailed(self.api_url, http.describe(exc)) from exc
-                self._backoff(failures - 1, parser.retry_ms)
+                self._backoff(outage.failures - 1, parser.retry_ms)
                 continue
-            if self.get_job(job_id).is_terminal():
-                return
             self._backoff(0, parser.retry_ms or 1000)
 
     def list_checkpoints(self, job_id: str) -> list[Checkpoint]:

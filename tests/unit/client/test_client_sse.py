@@ -125,7 +125,62 @@ def test_stream_closed_early_is_reopened(
 
 
 def test_gives_up_when_reconnects_bring_nothing(api: FakeApi, lb: Client) -> None:
+    lb.reconnect_s = 0  # no outage window: `retries` reconnects in a row are all it takes
     api.on("GET", EVENTS, lambda request: httpx.Response(200, stream=BrokenStream(b"")))
     with pytest.raises(ConnectionFailed):
         list(lb.stream_events("j1"))
     assert len(api.requests) == lb.retries + 1
+
+
+class Outage:
+    """An API that stops answering once the first stream was served, until `back_at` on a
+    clock that moves only when the client backs off (5 s a time)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, back_at: float) -> None:
+        self.now, self.back_at, self.served = 0.0, back_at, 0
+        monkeypatch.setattr("client.http.time.monotonic", lambda: self.now)
+        monkeypatch.setattr(
+            Client, "_backoff", lambda client, attempt, server_ms=None: self.pass_time()
+        )
+
+    def pass_time(self) -> None:
+        self.now += 5.0
+
+    def check_up(self, request: httpx.Request) -> None:
+        if self.served and self.now < self.back_at:
+            raise httpx.ConnectError("connection refused", request=request)
+
+    def events(self, request: httpx.Request) -> httpx.Response:
+        self.check_up(request)
+        self.served += 1
+        return httpx.Response(200, content=sse(*(STREAM[:2] if self.served == 1 else STREAM[2:])))
+
+    def job(self, request: httpx.Request) -> httpx.Response:
+        self.check_up(request)
+        return httpx.Response(200, json=job(state="running"))
+
+
+def test_a_stream_follows_its_job_through_an_api_restart(
+    api: FakeApi, lb: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The API closes the stream as it stops and answers nothing for 40 s: far longer than one
+    # request's own retries last, well inside the stream's reconnect window.
+    outage = Outage(monkeypatch, back_at=40.0)
+    api.on("GET", EVENTS, outage.events)
+    api.on("GET", "/v1/jobs/j1", outage.job)
+    assert [e.id for e in lb.stream_events("j1")] == ["1", "2", "3", "4", "5", "6"]
+    assert outage.now >= 40.0
+    assert api.sent("GET", EVENTS)[-1].headers.get("Last-Event-ID") == "2"
+
+
+def test_a_stream_gives_up_once_the_api_stays_away_past_the_window(
+    api: FakeApi, lb: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outage = Outage(monkeypatch, back_at=float("inf"))
+    api.on("GET", EVENTS, outage.events)
+    api.on("GET", "/v1/jobs/j1", outage.job)
+    events = lb.stream_events("j1")
+    assert [next(events).id, next(events).id] == ["1", "2"]
+    with pytest.raises(ConnectionFailed):
+        next(events)
+    assert outage.now >= lb.reconnect_s
