@@ -67,8 +67,12 @@ def submit(api: TestClient, token: str, **spec: Any) -> dict[str, Any]:
     return job
 
 
+ARTIFACT = "report.txt"
+
+
 def finished_job_with_outputs(api: TestClient, settings: Settings, token: str) -> str:
-    """A job of `token`'s owner, cancelled after it logged, reported and saved a checkpoint."""
+    """A job of `token`'s owner, cancelled after it logged, reported, saved a checkpoint and kept
+    an artifact."""
     job_id = submit(api, token, name="owned")["id"]
     engine = make_engine(settings.resolved_database_url)
     try:
@@ -81,6 +85,9 @@ def finished_job_with_outputs(api: TestClient, settings: Settings, token: str) -
             folder = settings.checkpoints_dir / job_id
             folder.mkdir(parents=True)
             (folder / "step-1.pt").write_bytes(CHECKPOINT)
+            artifacts = settings.data_dir / "artifacts" / job_id
+            artifacts.mkdir(parents=True)
+            (artifacts / ARTIFACT).write_text("accuracy 0.9\n")
             store.register_checkpoint(
                 session,
                 job_id,
@@ -121,8 +128,10 @@ class _Params(dict[str, str]):
 
 def fill(template: str, **params: str) -> str:
     """The path with its parameters filled: the given ones, `latest` for a checkpoint ref and
-    `x` for any other (a route added later still gets a path)."""
-    return string.Formatter().vformat(template, (), _Params(ref="latest", **params))
+    `x` for any other (a route added later still gets a path); a converter (`{path:path}`)
+    is dropped."""
+    plain = re.sub(r"\{(\w+):\w+\}", r"{\1}", template)
+    return string.Formatter().vformat(plain, (), _Params(ref="latest", **params))
 
 
 def request_body(method: str, template: str) -> dict[str, Any]:
@@ -193,7 +202,7 @@ def test_the_owner_and_an_admin_may_use_every_job_route(
 ) -> None:
     token = bob if who == "owner" else ADMIN_TOKEN
     for method, template in [(m, t) for m, t in routes(api) if "{job_id}" in t]:
-        response = send(api, method, fill(template, job_id=bobs_job), token)
+        response = send(api, method, fill(template, job_id=bobs_job, path=ARTIFACT), token)
         assert response.status_code < 300, (method, template, response.text)
         if template.endswith("/download"):
             assert response.content == CHECKPOINT

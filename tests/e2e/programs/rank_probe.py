@@ -1,7 +1,7 @@
 """Record what a rank sees of its process: the environment, torch's thread counts, its CPU
 priority, scheduling policy, affinity, control groups and session group. Writes
-``$RANK_PROBE_DIR/rank-<RANK>.json`` after joining the process group, so it runs as a real
-DDP rank does; it times nothing."""
+``rank-<RANK>.json`` to ``$LAUNCHBAY_OUTPUT_DIR`` (else ``$RANK_PROBE_DIR``) after joining the
+process group, so it runs as a real DDP rank does; it times nothing."""
 
 import json
 import os
@@ -33,7 +33,8 @@ def main() -> None:
         "autogroup_nice": read("/proc/self/autogroup").split()[-1:],
         "unbuffered": sys.stdout.write_through,
     }
-    out = Path(os.environ["RANK_PROBE_DIR"])
+    # Under Launchbay the job's own output directory (its artifacts); bare, where it is told.
+    out = Path(os.environ.get("LAUNCHBAY_OUTPUT_DIR") or os.environ["RANK_PROBE_DIR"])
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank-{os.environ['RANK']}.json").write_text(json.dumps(seen))
     dist.barrier()
