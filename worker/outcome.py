@@ -144,6 +144,8 @@ def _clip(message: str) -> str:
 
 _RANK_LOG = re.compile(r"^rank-(\d+)\.log$")
 ABORTS = (-signal.SIGABRT, 128 + signal.SIGABRT)
+# How torchrun ends the ranks still alive once one has failed.
+STOPPED_BY_LAUNCHER = (-signal.SIGTERM, 128 + signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGKILL)
 PORT_IN_USE = re.compile(r"EADDRINUSE|[Aa]ddress already in use")
 PORT_IN_USE_HINT = (
     "hint: the port was taken by another process on this worker, likely another job's: a "
@@ -155,11 +157,13 @@ PORT_IN_USE_HINT = (
 
 
 def aborted_after_finishing(launcher_text: str, log_dir: Path, restart: int) -> bool:
-    """Whether every failed rank died of SIGABRT, and every rank had left the SDK's
-    `distributed()` (its ``rank-<n>.finished``, of this restart) before: the abort at
-    interpreter exit that torch + gloo sometimes show, after the program finished."""
+    """Whether a rank died of SIGABRT, every other failed rank was stopped by torchrun after
+    it, and every rank had left the SDK's `distributed()` (its ``rank-<n>.finished``, of this
+    restart) before: the abort at interpreter exit that torch + gloo sometimes show, after the
+    program finished."""
     _, failures = parse_torchrun_failures(launcher_text)
-    if not failures or any(f.exit_code not in ABORTS for f in failures):
+    codes = {f.exit_code for f in failures}
+    if not codes & set(ABORTS) or not codes <= {*ABORTS, *STOPPED_BY_LAUNCHER}:
         return False
     try:
         ranks = {int(m.group(1)) for n in os.listdir(log_dir) if (m := _RANK_LOG.match(n))}

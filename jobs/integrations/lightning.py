@@ -26,6 +26,7 @@ except ImportError:  # the older package name
 from jobs.integrations.accelerate import report_values
 from jobs.runtime import env
 from jobs.runtime.events import close_events, write_event
+from jobs.runtime.failure import record_rank_finished
 
 
 def checkpoint_dir() -> str:
@@ -83,6 +84,9 @@ class LaunchbayLogger(Logger):
             {"type": "checkpoint", "path": relative.as_posix(), "step": step, "epoch": epoch}
         )
 
-    @rank_zero_only
     def finalize(self, status: str) -> None:
-        close_events()
+        # Every rank: one that finished its work may still be aborted at interpreter exit.
+        if status == "success":
+            record_rank_finished()
+        if rank_zero_only.rank == 0:
+            close_events()

@@ -9,6 +9,8 @@ resume_from_checkpoint())``.
   `output_dir` set to LAUNCHBAY_CHECKPOINT_DIR (`checkpoint_dir()`), its weights file
   (``model.safetensors``, or ``pytorch_model.bin``) is the registered checkpoint, and the
   directory beside it is what a retried attempt resumes from.
+- When training ends, every rank says it finished its work, so a rank that torch + gloo abort
+  at interpreter exit does not fail the job (as on leaving `distributed()`).
 
 Importing this module imports transformers; Launchbay itself never does.
 """
@@ -21,6 +23,7 @@ from transformers import TrainerCallback
 from jobs.integrations.accelerate import report_values
 from jobs.runtime import env
 from jobs.runtime.events import write_event
+from jobs.runtime.failure import record_rank_finished
 
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 
@@ -70,3 +73,6 @@ class LaunchbayCallback(TrainerCallback):
         epoch = int(state.epoch) if state.epoch is not None else None
         event = {"type": "checkpoint", "path": relative.as_posix(), "step": state.global_step}
         write_event({**event, "epoch": epoch})
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        record_rank_finished()  # every rank, not only world process zero

@@ -266,6 +266,31 @@ def test_an_abort_before_every_rank_finished_stays_a_failure(tmp_path: Path) -> 
     assert outcome.state is JobState.FAILED
 
 
+STOPPED_PEER = """[1]:
+  time      : 2026-11-22_05:49:05
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 13071)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 13071"""
+
+
+def test_a_peer_stopped_by_torchrun_after_the_abort_at_exit_is_still_a_success(
+    tmp_path: Path,
+) -> None:
+    # torchrun SIGTERMs the ranks still alive once one aborted: they had finished too.
+    paths = aborted_at_exit(tmp_path, finished=(0, 1))
+    paths.launcher_log.write_text(ABORT_SUMMARY.replace("  <NO_OTHER_FAILURES>", STOPPED_PEER))
+    outcome = classify_exit(1, paths=paths, launcher="torchrun", ranks_started=True)
+    assert (outcome.state, outcome.reason) == (JobState.SUCCEEDED, ExitReason.COMPLETED)
+    # Stopped ranks with no abort among them are no abort at exit.
+    paths = aborted_at_exit(tmp_path / "b", finished=(0, 1))
+    only_stopped = ABORT_SUMMARY.replace("  <NO_OTHER_FAILURES>", STOPPED_PEER)
+    paths.launcher_log.write_text(only_stopped.replace("exitcode  : -6", "exitcode  : -15"))
+    outcome = classify_exit(1, paths=paths, launcher="torchrun", ranks_started=True)
+    assert outcome.state is JobState.FAILED
+
+
 def test_a_port_in_use_says_how_to_fix_the_script(tmp_path: Path) -> None:
     paths = RunPaths.for_attempt(tmp_path, "job", 1)
     error = (
