@@ -1,6 +1,7 @@
 """What every benchmark shares: a result row, a stack of real processes, events-file timing."""
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -50,6 +51,7 @@ TABLE_HEADER = (
 def running_stack(workers: int = 1, **env: str) -> Iterator[Stack]:
     """API + workers on SQLite and a private Redis, all stopped afterwards."""
     root = Path(tempfile.mkdtemp(prefix="launchbay-bench-"))
+    os.chmod(root, 0o711)  # a root worker's job users pass through it to the data dir
     with private_redis() as redis_server:
         stack = Stack(
             root=root,
