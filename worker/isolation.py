@@ -143,6 +143,17 @@ def lease_job_user(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | No
     """A job user no other job holds (one this job's other nodes here hold, if any); None when
     the pool is exhausted."""
     lease_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # One worker at a time chooses: otherwise two nodes of one job starting together could
+    # each see the other's fresh lock before it names its job, and take two users.
+    pool_fd = os.open(lease_dir / "pool.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(pool_fd, fcntl.LOCK_EX)
+        return _lease_under_pool_lock(lease_dir, pool_size, job_id)
+    finally:
+        os.close(pool_fd)
+
+
+def _lease_under_pool_lock(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None:
     for index in range(pool_size):
         lock = lease_dir / f"{index}.lock"
         owner = lease_dir / f"{index}.job"

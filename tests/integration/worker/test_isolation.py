@@ -6,12 +6,14 @@ import hashlib
 import json
 import os
 import secrets
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from service.hardening import harden_service
 from tests.integration.worker.conftest import WorkerEnv
-from worker.isolation import JOB_USER_PREFIX, can_switch_users, lease_job_user
+from worker.isolation import JOB_USER_PREFIX, JobUser, can_switch_users, lease_job_user
 
 pytestmark = pytest.mark.skipif(not can_switch_users(), reason="job users need a root worker")
 
@@ -73,3 +75,24 @@ def test_no_two_jobs_share_a_job_user_at_once(wenv: WorkerEnv) -> None:
     finally:
         for user in (node, other, first):
             user.release()
+
+
+def test_the_nodes_of_one_job_starting_together_share_its_job_user(wenv: WorkerEnv) -> None:
+    """Two workers on one host start nodes of the same job at the same moment: both must run
+    it as one user, or one node cannot write the checkpoints the other's user owns."""
+    lease_dir, pool = wenv.settings.job_user_lease_dir, wenv.settings.job_users
+    for round_ in range(3):
+        start = threading.Barrier(2)
+
+        def lease(job: str = f"job-{round_}", start: threading.Barrier = start) -> JobUser | None:
+            start.wait()
+            return lease_job_user(lease_dir, pool, job)
+
+        with ThreadPoolExecutor(2) as threads:
+            first, second = threads.map(lambda _: lease(), range(2))
+        assert first is not None and second is not None
+        try:
+            assert first.uid == second.uid
+        finally:
+            second.release()
+            first.release()
