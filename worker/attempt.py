@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 from jobs.states import AttemptRef, ExitReason, JobState, NodeState
 from service.db import session_scope
 from service.executor import Executor, submit_retry
-from service.models import utcnow
+from service.models import Job, utcnow
 from service.store import (
     AttemptEnd,
     NodeSeat,
@@ -34,11 +34,12 @@ from service.store import (
     join_node,
     take_job,
 )
+from worker import build_cache
 from worker.context import AttemptServices
 from worker.disk import record_job_disk_use
 from worker.environment import EnvironmentProblem, release_environments
 from worker.heartbeat import AttemptHeartbeat
-from worker.isolation import JobUser, isolate_attempt
+from worker.isolation import JobUser, can_switch_users, isolate_attempt
 from worker.job_environment import prepare_environment
 from worker.launch import Rendezvous, RunPaths
 from worker.monitor import AttemptMonitor, retry_db
@@ -258,6 +259,7 @@ def _run(
     """Prepare, launch and monitor the attempt; its outcome (or None) goes into `result`."""
     ref, paths, settings = result.ref, result.paths, services.settings
     job_user: JobUser | None = None
+    owner: str | None = None
     try:
         spec = parse_spec(taken.spec)
         environment = prepare_environment(
@@ -281,11 +283,15 @@ def _run(
             rendezvous=taken.rendezvous,
             python=str(environment.python) if environment is not None else None,
         )
+        owner = _owner(services.engine, ref.job_id) if can_switch_users() else None
+        if owner is not None:
+            build_cache.restore(paths.data_dir, owner, paths.run_dir / "home")
         job_user = isolate_attempt(
             paths, ref.job_id, pool_size=settings.job_users, lease_dir=settings.job_user_lease_dir
         )
         if job_user is not None:
-            plan = replace(plan, env={**plan.env, **job_user.env(paths)})
+            builds = build_cache.env(paths.run_dir / "home", spec.env)
+            plan = replace(plan, env={**plan.env, **job_user.env(paths), **builds})
         leave_note(paths.data_dir, ref.job_id, ref.attempt, paths.pids_file, ref.node)
         monitor = AttemptMonitor(
             services.engine,
@@ -318,6 +324,14 @@ def _run(
         release_environments()
         if job_user is not None:
             job_user.release()
+            if owner is not None:
+                build_cache.save(paths.data_dir, owner, paths.run_dir / "home")
+
+
+def _owner(engine: Engine, job_id: str) -> str | None:
+    with session_scope(engine) as session:
+        job = session.get(Job, job_id)
+        return job.owner if job is not None else None
 
 
 def _announcer(engine: Engine, ref: AttemptRef) -> Callable[[Outcome], None]:

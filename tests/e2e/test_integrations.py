@@ -5,6 +5,7 @@ installed once with the test tools, no package index needed while the tests run.
 
 import importlib.util
 import io
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -126,4 +127,51 @@ def test_lightning_logger_reports_registers_and_resumes(sqlite_stack: Stack) -> 
         assert download.status_code == 200
         state = torch.load(io.BytesIO(download.content), map_location="cpu", weights_only=False)
         assert set(state["state_dict"]) == {"layer.weight", "layer.bias"}
+    assert wait_until(lambda: job_processes(job_id) == [], timeout=10)
+
+
+def test_a_deepspeed_zero_job_reports_registers_its_directory_and_resumes(
+    sqlite_stack: Stack,
+) -> None:
+    """DeepSpeed (the job's own requirement) on CPU: ZeRO stage 2 over gloo, its checkpoint
+    directories registered whole, a retried attempt resuming from one, and the op DeepSpeed
+    compiled on first use kept for the owner's next run instead of compiled again."""
+    with sqlite_stack.client() as http:
+        code_id = upload(http, EXAMPLES / "deepspeed_zero.py")
+        spec = {
+            "name": "deepspeed-zero",
+            "code": {"code_id": code_id, "entrypoint": "deepspeed_zero.py"},
+            "launcher": "torchrun",
+            "nproc_per_node": 2,
+            "device": "cpu",
+            "pass_local_rank_arg": "underscore",
+            "environment": {"requirements": ["deepspeed==0.19.8"]},
+            "args": ["--steps", "8", "--save-every", "4", "--fail-at-step", "4"],
+            "max_retries": 1,
+        }
+        response = http.post("/v1/jobs", json=spec)
+        assert response.status_code == 201, response.text
+        job_id = response.json()["id"]
+        job = sqlite_stack.wait_for_state(http, job_id, {"succeeded"}, timeout=600)
+        assert job["attempt"] == 2, "the first attempt failed on purpose after step 4"
+        lines = http.get(f"/v1/jobs/{job_id}/logs", params={"limit": 10_000}).json()["items"]
+        first, second = ("\n".join(i["line"] for i in lines if i["attempt"] == a) for a in (1, 2))
+        assert "resumed from global_step4 (step 4)" in second
+        assert "Building extension module deepspeed_shm_comm" in first
+        assert "Building extension module" not in second, "the op the first attempt built"
+
+        points = http.get(f"/v1/jobs/{job_id}/metrics", params={"limit": 10_000}).json()["items"]
+        assert sorted(p["step"] for p in points if p["name"] == "loss") == list(range(1, 9))
+        checkpoints = http.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
+        assert [(c["path"], c["attempt"], c["kind"]) for c in checkpoints] == [
+            ("global_step4", 1, "dir"),
+            ("global_step8", 2, "dir"),
+        ]
+        download = http.get(f"/v1/jobs/{job_id}/checkpoints/latest/download")
+        assert download.status_code == 200
+        assert download.headers["content-type"] == "application/x-tar"
+        with tarfile.open(fileobj=io.BytesIO(download.content)) as tar:
+            names = {Path(n).name for n in tar.getnames()}
+        assert "mp_rank_00_model_states.pt" in names
+        assert {f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in (0, 1)} <= names
     assert wait_until(lambda: job_processes(job_id) == [], timeout=10)
