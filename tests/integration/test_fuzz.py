@@ -4,6 +4,7 @@ as the admin: no answer may be a 5xx, and every error must be the documented err
 Then path traversal by hand: checkpoint refs, job ids and uploads that try to leave the
 data dir."""
 
+import gzip
 import hashlib
 import io
 import json
@@ -324,7 +325,11 @@ def _zip(name: str) -> bytes:
 
 def _tar(name: str, link: str | None = None) -> bytes:
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tf:
+    # mtime=0: the same bytes (and test ids) in every collection, as parallel runs need
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w") as tf,
+    ):
         info = tarfile.TarInfo(name)
         if link is not None:
             info.type, info.linkname = tarfile.SYMTYPE, link
