@@ -9,4 +9,7 @@ scripts/setup.sh
 if [ "$(id -u)" = 0 ]; then
   scripts/install-browser.sh
 fi
-exec .venv/bin/python -m pytest "$@"
+# Two test processes (pytest-xdist), each test file kept whole in one of them (its module
+# fixtures are started once): most of a test's time is spent waiting on processes it started.
+# LAUNCHBAY_TEST_WORKERS=0 runs everything in this process.
+exec .venv/bin/python -m pytest -n "${LAUNCHBAY_TEST_WORKERS:-2}" --dist loadfile "$@"
