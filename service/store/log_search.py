@@ -157,14 +157,15 @@ def time_bound(session: Session, timeout_s: float) -> Iterator[None]:
         connection.execute(text(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}"))
         try:
             yield
-        except OperationalError as exc:
-            if "statement timeout" in str(exc.orig) or "canceling statement" in str(exc.orig):
-                session.rollback()
-                raise SearchTimeout(f"the search ran past {timeout_s:g} s") from None
-            raise
-        except DataError as exc:
+        except (OperationalError, DataError) as exc:
             session.rollback()
-            raise BadPattern(f"the database refused the pattern: {exc.orig}") from None
+            # The regex engine reports the timeout as "invalid regular expression: operation
+            # cancelled"; the executor as "canceling statement due to statement timeout".
+            if "cancel" in str(exc.orig):
+                raise SearchTimeout(f"the search ran past {timeout_s:g} s") from None
+            if isinstance(exc, DataError):
+                raise BadPattern(f"the database refused the pattern: {exc.orig}") from None
+            raise
         return
     raw: Any = connection.connection.driver_connection
     raw.create_function(REGEXP_FUNCTION, 2, _regexp, deterministic=True)
