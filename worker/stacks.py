@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 PY_SPY_TIMEOUT_S = 20.0
 RANK_MAIN = "rank_main.py"
+LAUNCHER_MODULE = b"torch.distributed.run"
 # torch.distributed's collectives and point-to-point calls, and the waits on their work.
 COLLECTIVES = (
     "all_reduce|all_gather|all_gather_into_tensor|all_gather_object|reduce_scatter|"
@@ -67,7 +68,10 @@ def _read_proc(pid: int, name: str) -> bytes:
 
 def _rank_of(pid: int) -> int | None:
     """The process's RANK when it is a rank's own process (runs rank_main.py), else None."""
-    if RANK_MAIN.encode() not in _read_proc(pid, "cmdline"):
+    args = _read_proc(pid, "cmdline").split(b"\0")
+    runs_rank_main = any(arg.endswith(RANK_MAIN.encode()) for arg in args)
+    # torchrun names rank_main.py in its own command line (the program it starts).
+    if not runs_rank_main or LAUNCHER_MODULE in args:
         return None
     for item in _read_proc(pid, "environ").split(b"\0"):
         if item.startswith(b"RANK="):

@@ -142,6 +142,10 @@ def stacks(
                 found = lb.get_stacks(job_id)
                 if found.items and found.items[0].ts > newest:
                     break
+                if lb.get_job(job_id).is_terminal():
+                    # It ended before its worker served the request: what it recorded last.
+                    err().print(f"job {job_id} ended; its latest recorded stacks:")
+                    break
                 if time.monotonic() > deadline:
                     fail(f"no stacks recorded within {timeout_s:g} s (is the job still running?)")
                 time.sleep(0.5)
