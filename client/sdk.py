@@ -362,9 +362,11 @@ class Client:
         return CreatedWebhook.model_validate(answer)
 
     def list_webhooks(self) -> list[Webhook]:
+        """Your webhooks (an admin: everyone's), without their secrets."""
         return http.items(self._json("GET", "/v1/webhooks"), Webhook)
 
     def delete_webhook(self, webhook_id: str) -> None:
+        """Remove a webhook and its deliveries."""
         self._json("DELETE", f"/v1/webhooks/{quote(webhook_id, safe='')}")
 
     def list_deliveries(
