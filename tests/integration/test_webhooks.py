@@ -225,39 +225,41 @@ def drive_job(session: Session, job_id: str, end: JobState, checkpoint_dir: Path
     assert store.transition_job(session, job_id, end, attempt=1)
 
 
+@sqlite_only
 def test_one_verified_delivery_per_event_in_order_per_job_through_an_api_restart(
-    tmp_path: Path,
+    settings: Settings, tmp_path: Path
 ) -> None:
-    from tests.e2e.conftest import stack_of_its_own
-
-    env = {
-        "LAUNCHBAY_WEBHOOK_ALLOW_PRIVATE": "true",
-        "LAUNCHBAY_WEBHOOK_POLL_S": "0.1",
-        "LAUNCHBAY_REAPER_ENABLED": "false",
-    }
+    """The app is stopped (its delivery loop with it) while the jobs go on, and a new app on
+    the same database, with nothing in memory from the first, delivers what they did."""
+    opened = settings.model_copy(
+        update={"webhook_allow_private": True, "reaper_enabled": False, **FAST}
+    )
     kinds = ["state", "terminal", "checkpoint", "best"]
     spec = {**SYNTHETIC, "checkpoint": {"best_metric": "loss"}}
-    with webhook_receiver() as receiver, stack_of_its_own(tmp_path, workers=(), **env) as stack:
-        with stack.client() as admin:
-            ann = admin.post("/v1/tokens", json={"name": "ann"}).json()["token"]
-        with stack.client(ann) as http:
-            hook = http.post("/v1/webhooks", json={"url": receiver.url, "events": kinds}).json()
-            jobs = [http.post("/v1/jobs", json={**spec, "name": n}).json()["id"] for n in "ab"]
-        receiver.wait_for(lambda got: len(got) == 2)
-        stack.stop_api()
-        engine = make_engine(stack.database_url)
+    with webhook_receiver() as receiver:
+        with TestClient(create_app(opened), raise_server_exceptions=False) as first:
+            ann = make_token(first, "ann")
+            body = {"url": receiver.url, "events": kinds}
+            hook = send(first, "POST", "/v1/webhooks", ann, json=body).json()
+            jobs = [
+                send(first, "POST", "/v1/jobs", ann, json={**spec, "name": n}).json()["id"]
+                for n in "ab"
+            ]
+            receiver.wait_for(lambda got: len(got) == 2)
+        engine = make_engine(settings.resolved_database_url)
         try:
             with Session(engine, expire_on_commit=False) as session:
                 drive_job(session, jobs[0], JobState.SUCCEEDED, tmp_path / "a")
                 drive_job(session, jobs[1], JobState.CANCELLED, tmp_path / "b")
         finally:
             engine.dispose()
-        stack.start_api()
-        receiver.wait_for(lambda got: len(got) == 17)
-        time.sleep(0.5)  # anything more would be a duplicate: give it the time to show
-        received = list(receiver.received)
-        with stack.client(ann) as http:
-            listed = http.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["items"]
+        assert len(receiver.received) == 2
+        with TestClient(create_app(opened), raise_server_exceptions=False) as second:
+            receiver.wait_for(lambda got: len(got) == 17)
+            time.sleep(0.5)  # anything more would be a duplicate: give it the time to show
+            received = list(receiver.received)
+            path = f"/v1/webhooks/{hook['id']}/deliveries"
+            listed = send(second, "GET", path, ann).json()["items"]
     assert all(verify(hook["secret"], item) for item in received)
     assert len({item.delivery_id for item in received}) == len(received) == 17
     assert {d["status"] for d in listed} == {"delivered"} and len(listed) == 17
