@@ -33,11 +33,9 @@ from service.db import session_scope
 from service.settings import Settings
 from service.store import (
     AttemptSuperseded,
-    NewRankStack,
     add_attempt_event,
     mark_node_running,
     read_job_signals,
-    record_stacks,
     transition_job,
 )
 from worker.cgroups import JobCgroup, cgroup_name
@@ -47,7 +45,7 @@ from worker.ingest import Ingestor
 from worker.isolation import JobUser
 from worker.launch import LaunchPlan, Rendezvous, RunPaths
 from worker.outcome import Outcome, classify_exit, read_oom_kills
-from worker.stacks import capture_stacks
+from worker.stacks import record_rank_stacks
 from worker.supervise import (
     ProcessTree,
     elastic_restart_count,
@@ -329,25 +327,16 @@ class AttemptMonitor:
         return moment.timestamp() >= self.started_wall
 
     def _record_stacks(self, tree: ProcessTree, reason: str) -> None:
-        """Every rank's Python stack now (py-spy), stored with the job (`worker.stacks`)."""
+        """Every rank's Python stack now, stored with the job (`worker.stacks`)."""
         tree.poll()
-        dumps = capture_stacks([tree.pid, *tree.find_live()], self.paths.log_dir)
-        stacks = [NewRankStack(d.rank, d.stack, d.in_collective, d.last_output_ts) for d in dumps]
-        log.info("%s: recorded %d ranks' stacks (%s)", self.ref, len(stacks), reason)
-
-        def store() -> None:
-            with session_scope(self.engine) as session:
-                record_stacks(
-                    session,
-                    self.job_id,
-                    self.attempt,
-                    node=self.node or 0,
-                    ts=time.time(),
-                    reason=reason,
-                    stacks=stacks,
-                )
-
-        retry_db(store, "recording the ranks' stacks", tries=2)
+        pids = [tree.pid, *tree.find_live()]
+        retry_db(
+            lambda: record_rank_stacks(
+                self.engine, self.ref, self.node or 0, pids, self.paths.log_dir, reason
+            ),
+            "recording the ranks' stacks",
+            tries=2,
+        )
 
     def _runs_rank_0(self) -> bool:
         """Whether rank 0, the one that reports progress, runs here: always on a single node;

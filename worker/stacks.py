@@ -17,9 +17,15 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlalchemy.engine import Engine
+
+from jobs.states import AttemptRef
+from service.db import session_scope
+from service.store import NewRankStack, record_stacks
 from worker.launch import FLIGHT_RECORDER_PREFIX
 
 log = logging.getLogger(__name__)
@@ -151,3 +157,22 @@ def capture_stacks(pids: list[int], log_dir: Path) -> list[RankStackDump]:
     if not dumps:
         log.info("no rank process found among %d processes", len(pids))
     return dumps
+
+
+def record_rank_stacks(
+    engine: Engine, ref: AttemptRef, node: int, pids: list[int], log_dir: Path, reason: str
+) -> None:
+    """Capture every rank's stack among `pids` and store the capture with the job."""
+    dumps = capture_stacks(pids, log_dir)
+    stacks = [NewRankStack(d.rank, d.stack, d.in_collective, d.last_output_ts) for d in dumps]
+    log.info("%s: recorded %d ranks' stacks (%s)", ref, len(stacks), reason)
+    with session_scope(engine) as session:
+        record_stacks(
+            session,
+            ref.job_id,
+            ref.attempt,
+            node=node,
+            ts=time.time(),
+            reason=reason,
+            stacks=stacks,
+        )

@@ -370,7 +370,7 @@ else:
         time.sleep(0.1)
 """
 # Counted from the launch: above the ranks' start on a loaded machine (torch's import, gloo).
-HANG_TIMEOUT_S = 15
+HANG_TIMEOUT_S = 25
 
 
 def _log_lines(http: httpx.Client, job_id: str) -> list[str]:
