@@ -59,6 +59,8 @@ RUN groupadd --system --gid 10001 launchbay \
 # changes least often. The lock excludes torch, so the next step keeps this build.
 RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
 
+# The lock includes py-spy, which a worker runs to read its ranks' stacks (it needs
+# CAP_SYS_PTRACE: docker-compose.yml, docs/reliability.md).
 COPY requirements.lock /tmp/requirements.lock
 RUN pip install --no-cache-dir -r /tmp/requirements.lock
 

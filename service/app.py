@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from redis import Redis
 
+from service.audit import AuditLog, AuditWriter
 from service.db import make_engine, upgrade_database
 from service.deps import get_principal
 from service.errors import install_error_handlers
@@ -17,21 +18,26 @@ from service.queue import RQExecutor
 from service.reaper import ReaperThread
 from service.routes import (
     artifacts,
+    audit,
     checkpoints,
     code,
     events,
     jobs,
+    log_search,
     logs,
     metrics,
     prometheus,
     recipes,
+    stacks,
     system,
     tokens,
     ui,
+    webhooks,
     workers,
 )
 from service.schemas import ERROR_RESPONSES
 from service.settings import Settings, get_settings
+from service.webhook_delivery import WebhookDispatcher
 
 log = logging.getLogger("launchbay.api")
 
@@ -57,9 +63,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         if settings.reaper_enabled:
             reaper.start()
+        dispatcher = WebhookDispatcher(app.state.engine, settings)
+        if settings.webhook_delivery_enabled:
+            dispatcher.start()
         try:
             yield
         finally:
+            if dispatcher.is_alive():
+                dispatcher.stop()
             if reaper.is_alive():
                 reaper.stop()
             app.state.redis.close()
@@ -68,6 +79,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="Launchbay", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, limit_for_path=settings.body_limit_for)
+    # Outermost: it sees every refusal, the body-size ones included.
+    app.add_middleware(AuditLog, writer=AuditWriter(settings.audit_retention_days))
     # Health and readiness answer anyone; every other route needs a bearer token.
     app.include_router(system.router, responses=ERROR_RESPONSES)
     for module in (
@@ -82,6 +95,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         prometheus,
         tokens,
         workers,
+        webhooks,
+        audit,
+        log_search,
+        stacks,
     ):
         app.include_router(
             module.router, dependencies=[Depends(get_principal)], responses=ERROR_RESPONSES

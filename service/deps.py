@@ -16,6 +16,7 @@ from sqlalchemy import bindparam
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
+from service.audit import PRINCIPAL_STATE_KEY
 from service.auth import CHALLENGE, Principal, authenticate, known_principal
 from service.errors import Forbidden, NotFound, Unauthorized
 from service.executor import Executor
@@ -89,10 +90,14 @@ async def get_principal(
         raise Unauthorized("missing bearer token", headers=CHALLENGE)
     admin_token = request.app.state.settings.admin_token
     principal = known_principal(admin_token, credentials.credentials)
-    if principal is not None:
-        return principal
-    engine = request.app.state.engine
-    return await run_in_threadpool(_authenticate, engine, admin_token, credentials.credentials)
+    if principal is None:
+        engine = request.app.state.engine
+        principal = await run_in_threadpool(
+            _authenticate, engine, admin_token, credentials.credentials
+        )
+    # Who the audit log names (service.audit).
+    setattr(request.state, PRINCIPAL_STATE_KEY, principal)
+    return principal
 
 
 def _authenticate(engine: Engine, admin_token: str | None, token: str) -> Principal:

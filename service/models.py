@@ -10,7 +10,17 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import WithJsonSchema
-from sqlalchemy import JSON, BigInteger, Column, Dialect, Index, Integer, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Dialect,
+    Index,
+    Integer,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import AutoString, Field, SQLModel
 
@@ -88,6 +98,9 @@ class Job(JobBase, table=True):
     request_hash: str | None = Field(default=None, max_length=64)
     # Bytes of its run directories and checkpoints, measured when an attempt ends.
     disk_bytes: int | None = Field(default=None, sa_type=BigInteger)
+    # Set by `POST /v1/jobs/{id}/stacks`; the attempt's supervisor, which reads the row every
+    # 0.5 s, records every rank's stack when it sees a value it has not served.
+    stacks_requested_at: datetime | None = None
 
     def job_spec(self) -> JobSpec:
         """The spec, typed: the one way to read it (the column holds it as accepted, defaults
@@ -226,3 +239,100 @@ class ApiToken(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
     expires_at: datetime | None = None
     revoked_at: datetime | None = None
+
+
+class Webhook(SQLModel, table=True):
+    """An endpoint that is told of jobs' events: its owner's jobs, or every job (`all_jobs`,
+    an admin's). The secret signs each delivery, so it is kept as given (shown once)."""
+
+    __tablename__ = "webhook"
+
+    id: str = Field(primary_key=True, max_length=32)
+    owner: str = Field(max_length=128, index=True)
+    url: str = Field(sa_column=Column(Text, nullable=False))
+    events: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    # `json` (the documented body) or `slack` (`{"text": ...}`, for Slack's incoming webhooks).
+    format: str = Field(default="json", max_length=16)
+    all_jobs: bool = Field(default=False, sa_column=Column(Boolean, nullable=False))
+    secret: str = Field(max_length=128, repr=False)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class WebhookDelivery(SQLModel, table=True):
+    """One event for one endpoint: the outbox row the API's delivery loop sends, retries and
+    records. Deliveries of a job to an endpoint go in `position` order: the job's event seq
+    times two, plus one for the second delivery of one event (`terminal` after `state`, `best`
+    after `checkpoint`)."""
+
+    __tablename__ = "webhook_delivery"
+    __table_args__ = (
+        Index("ix_webhook_delivery_due", "status", "next_attempt_at"),
+        Index("ix_webhook_delivery_hook_job_position", "webhook_id", "job_id", "position"),
+    )
+
+    id: str = Field(primary_key=True, max_length=32)
+    webhook_id: str = Field(max_length=32)
+    job_id: str = Field(max_length=32)
+    position: int = Field(sa_type=BigInteger)
+    type: str = Field(max_length=16)
+    body: str = Field(sa_column=Column(Text, nullable=False))
+    # pending (to send, or to retry), delivered, failed (gave up).
+    status: str = Field(default="pending", max_length=16)
+    attempts: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+    next_attempt_at: datetime = Field(default_factory=utcnow)
+    # Set at the first attempt (and again on a redelivery): retries stop after it.
+    give_up_at: datetime | None = None
+    claimed_until: datetime | None = None
+    last_attempt_at: datetime | None = None
+    last_status_code: int | None = None
+    last_error: str | None = Field(default=None, sa_column=Column(Text))
+    delivered_at: datetime | None = None
+
+
+class AuditRecord(SQLModel, table=True):
+    """One state-changing request, answered or refused: who, when, from where, what, outcome."""
+
+    __tablename__ = "audit_record"
+
+    id: int | None = Field(default=None, primary_key=True, sa_type=BigIntPK)
+    ts: datetime = Field(default_factory=utcnow, index=True)
+    # The caller's name; None when it was not authenticated.
+    owner: str | None = Field(default=None, max_length=128, index=True)
+    kind: str = Field(max_length=64, index=True)
+    method: str = Field(max_length=8)
+    path: str = Field(sa_column=Column(Text, nullable=False))
+    target: str | None = Field(default=None, max_length=256)
+    client: str | None = Field(default=None, max_length=64)
+    status: int
+    outcome: str = Field(max_length=16)
+
+
+class RankStack(SQLModel, table=True):
+    """The Python stack of one rank at one moment (py-spy), recorded on a hang or on request."""
+
+    __tablename__ = "rank_stack"
+    __table_args__ = (Index("ix_rank_stack_job_ts", "job_id", "ts"),)
+
+    id: int | None = Field(default=None, primary_key=True, sa_type=BigIntPK)
+    job_id: str = Field(max_length=32)
+    attempt: int
+    rank: int
+    node: int = 0
+    ts: float
+    reason: str = Field(max_length=16)
+    stack: str = Field(sa_column=Column(Text, nullable=False))
+    # Inside a torch.distributed collective (or waiting on one), as read from the stack.
+    in_collective: bool = Field(default=False, sa_column=Column(Boolean, nullable=False))
+    # When the rank last wrote to its log (Unix seconds), its progress as the worker saw it.
+    last_output_ts: float | None = None
+
+
+# Serves log search (`LIKE '%q%'` and `~`) on PostgreSQL where pg_trgm could be created
+# (migration 0009); SQLite has no such index and scans.
+Index(
+    "ix_log_line_line_trgm",
+    LogLine.__table__.c.line,  # type: ignore[attr-defined]
+    postgresql_using="gin",
+    postgresql_ops={"line": "gin_trgm_ops"},
+).ddl_if(dialect="postgresql")

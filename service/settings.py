@@ -117,6 +117,20 @@ class Settings(BaseSettings):
     # each attempt ends; past it a user's next submission is refused. Unset: no quota.
     owner_disk_quota_bytes: int | None = Field(default=None, gt=0)
 
+    # Webhooks (docs/webhooks.md): loopback, private, link-local and metadata addresses are
+    # refused unless allowed; a failed delivery is retried after `webhook_backoff_s`, doubling
+    # up to an hour apart, until `webhook_retry_for_s` after the event.
+    webhook_allow_private: bool = False
+    webhook_delivery_enabled: bool = True
+    webhook_poll_s: float = Field(default=1.0, gt=0)
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
+    webhook_backoff_s: float = Field(default=10.0, gt=0)
+    webhook_retry_for_s: float = Field(default=3 * 24 * 3600.0, gt=0)
+    # The audit log (GET /v1/audit) keeps records this many days.
+    audit_retention_days: float = Field(default=90.0, gt=0)
+    # The longest a log search (GET /v1/logs, GET /v1/jobs/{id}/logs?q=) may run.
+    log_search_timeout_s: float = Field(default=5.0, gt=0)
+
     @field_validator("allowed_queues", "forbidden_env", "pip_find_links", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:

@@ -26,6 +26,9 @@ from jobs.contract import env as rank_env
 from jobs.spec import DEVICE_ENV, LAUNCHER_ENV, JobSpec
 from jobs.startup_env import is_startup_env
 
+# The NCCL flight recorder's dump files, in an attempt's log directory: `<prefix><rank>`.
+FLIGHT_RECORDER_PREFIX = "nccl-trace-rank-"
+
 RANK_ENTRY = Path(__file__).resolve().with_name("rank_main.py")
 # Isolated mode: PYTHON* variables and the user site ignored, nothing unsafe on sys.path.
 ISOLATED = "-I"
@@ -279,11 +282,26 @@ def build_env(
     )
     if resume_from is not None:
         env[rank_env.RESUME_FROM] = str(resume_from)
+    if uses_cuda:
+        recorder = flight_recorder_env(paths.log_dir)
+        env.update({k: v for k, v in recorder.items() if k not in spec.env})
     if spec.launcher == "torchrun" and FRESH_STORE_ENV not in spec.env:
         env[FRESH_STORE_ENV] = "1"
     if COLLECTIVE_TIMEOUT_ENV not in spec.env:
         env[COLLECTIVE_TIMEOUT_ENV] = str(collective_timeout_s(spec, default_collective_timeout_s))
     return env
+
+
+def flight_recorder_env(log_dir: Path) -> dict[str, str]:
+    """The environment that turns on PyTorch's NCCL flight recorder for a CUDA job: a ring of
+    the last collectives, dumped (one file per rank, `<prefix><rank>`) when a NCCL collective
+    times out; `worker.stacks` names the dumps with the ranks' stacks. Untested here: these
+    machines have no GPU."""
+    return {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(log_dir / FLIGHT_RECORDER_PREFIX),
+    }
 
 
 def gpu_env(spec: JobSpec, gpus: Sequence[str]) -> dict[str, str]:

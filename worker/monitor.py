@@ -20,6 +20,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TypeVar
 
@@ -34,7 +35,7 @@ from service.store import (
     AttemptSuperseded,
     add_attempt_event,
     mark_node_running,
-    read_job_state,
+    read_job_signals,
     transition_job,
 )
 from worker.cgroups import JobCgroup, cgroup_name
@@ -44,6 +45,7 @@ from worker.ingest import Ingestor
 from worker.isolation import JobUser
 from worker.launch import LaunchPlan, Rendezvous, RunPaths
 from worker.outcome import Outcome, classify_exit, read_oom_kills
+from worker.stacks import record_rank_stacks
 from worker.supervise import (
     ProcessTree,
     elastic_restart_count,
@@ -158,6 +160,11 @@ class AttemptMonitor:
         self.next_cancel_check = 0.0
         self.tree: ProcessTree | None = None
         self.survivors: list[int] = []
+        # Requests for the ranks' stacks (`POST /v1/jobs/{id}/stacks`) older than this
+        # attempt's start are not its to serve.
+        self.started_wall = time.time()
+        self.stacks_requested_at: datetime | None = None
+        self.stacks_served: datetime | None = None
 
     def run(self) -> tuple[Outcome | None, list[int]]:
         """(the outcome, or None when the job was taken away; PIDs that outlived SIGKILL)."""
@@ -199,6 +206,8 @@ class AttemptMonitor:
                 if tree.returncode() is not None:
                     break
                 stop = self._stop_reason(started)
+                if stop is StopReason.HANG or (stop is None and self._stacks_wanted()):
+                    self._record_stacks(tree, "hang" if stop is StopReason.HANG else "request")
                 if stop is not None:
                     log.info("job %s attempt %d: stopping (%s)", self.job_id, self.attempt, stop)
                     if stop in FAILING_STOPS and self.announce is not None:
@@ -298,13 +307,36 @@ class AttemptMonitor:
 
     def _read_state(self) -> JobState | None:
         """The job's state while at this attempt; None when unknown (the database is away: the
-        heartbeat goes on reading it)."""
+        heartbeat goes on reading it). Notes a request for the ranks' stacks on the way."""
         try:
             with session_scope(self.engine) as session:
-                return read_job_state(session, self.job_id, self.attempt)
+                signals = read_job_signals(session, self.job_id, self.attempt)
         except SQLAlchemyError as exc:
             log.warning("%s: cannot read the job's state: %s", self.ref, exc)
             return None
+        self.stacks_requested_at = signals.stacks_requested_at
+        return signals.state
+
+    def _stacks_wanted(self) -> bool:
+        """A request for the ranks' stacks made during this attempt and not served yet."""
+        requested = self.stacks_requested_at
+        if requested is None or requested == self.stacks_served:
+            return False
+        self.stacks_served = requested
+        moment = requested if requested.tzinfo else requested.replace(tzinfo=UTC)
+        return moment.timestamp() >= self.started_wall
+
+    def _record_stacks(self, tree: ProcessTree, reason: str) -> None:
+        """Every rank's Python stack now, stored with the job (`worker.stacks`)."""
+        tree.poll()
+        pids = [tree.pid, *tree.find_live()]
+        retry_db(
+            lambda: record_rank_stacks(
+                self.engine, self.ref, self.node or 0, pids, self.paths.log_dir, reason
+            ),
+            "recording the ranks' stacks",
+            tries=2,
+        )
 
     def _runs_rank_0(self) -> bool:
         """Whether rank 0, the one that reports progress, runs here: always on a single node;

@@ -133,9 +133,18 @@ def logs(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     poll_s: Annotated[float, typer.Option("--poll", hidden=True)] = 1.0,
+    grep: Annotated[
+        str | None,
+        typer.Option("--grep", help="Only lines that contain this text (searched by the API)."),
+    ] = None,
+    regex: Annotated[bool, typer.Option("--regex", help="--grep is a regular expression.")] = False,
 ) -> None:
     """Print a job's log lines: every rank's, prefixed [rank R] (or [node N/rank R] for a
-    multi-node job), or one rank's as written with --rank."""
+    multi-node job), or one rank's as written with --rank; with --grep, only the matching
+    ones."""
+    if grep is not None:
+        grep_logs(ctx, job_id, grep, regex, rank, as_json)
+        return
     after = 0
     with state_of(ctx).client() as lb:
         job = lb.get_job(job_id)
@@ -155,6 +164,24 @@ def logs(
                 return
             time.sleep(poll_s)
             job = lb.get_job(job_id)
+
+
+def grep_logs(
+    ctx: typer.Context, job_id: str, text: str, regex: bool, rank: int | None, as_json: bool
+) -> None:
+    """`logs --grep`: every matching line, page after page (searched by the API)."""
+    after = 0
+    with state_of(ctx).client() as lb:
+        while True:
+            page = lb.search_job_logs(job_id, text, regex=regex, rank=rank, after=after)
+            for item in page.items:
+                record = item.model_dump(mode="json")
+                typer.echo(
+                    render.to_json_line(record) if as_json else render.format_log(record, True)
+                )
+            if not page.items or page.next_after == after:
+                return
+            after = page.next_after
 
 
 @app.command()

@@ -5,7 +5,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from service import store
-from service.deps import MAX_SEQ, OwnedJob, SessionDep
+from service.deps import MAX_SEQ, OwnedJob, SessionDep, SettingsDep
+from service.routes.log_search import RegexOption, SearchText, log_query, search_job_lines
 from service.schemas import LogLinePublic, LogsPublic, NodePublic, NodesPublic
 
 router = APIRouter(prefix="/v1/jobs", tags=["logs"])
@@ -15,12 +16,19 @@ router = APIRouter(prefix="/v1/jobs", tags=["logs"])
 def get_logs(
     job: OwnedJob,
     session: SessionDep,
+    settings: SettingsDep,
     rank: Annotated[int | None, Query(ge=0, le=100_000)] = None,
     node: Annotated[int | None, Query(ge=0, le=100_000)] = None,
     after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    q: SearchText = None,
+    regex: RegexOption = None,
 ) -> LogsPublic:
-    rows = store.list_log_lines(session, job.id, rank=rank, node=node, after=after, limit=limit)
+    query = log_query(q, regex)
+    if query is not None:
+        rows = search_job_lines(session, settings, job.id, query, rank, node, after, limit)
+    else:
+        rows = store.list_log_lines(session, job.id, rank=rank, node=node, after=after, limit=limit)
     return LogsPublic(
         items=[LogLinePublic.from_row(r) for r in rows],
         next_after=rows[-1].seq if rows else after,

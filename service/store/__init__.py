@@ -3,6 +3,9 @@
 One module per concern, each above the lifecycle core it builds on:
 
     stream       a job's live stream (everything it recorded, in seq order)
+    stacks       ranks' stacks, and the request for them
+    log_search   log lines that contain a text or match a pattern, time-bounded
+    webhook_outbox  the webhook deliveries a job's events make (below lifecycle)
     checkpoints  the checkpoint registry (register, list, retire)
     outputs      log lines, metric points and progress
     job_rows     create, find, list, heartbeat and delete job rows
@@ -61,6 +64,7 @@ from service.store.outputs import (
     list_log_lines,
     list_metric_points,
 )
+from service.store.stacks import JobSignals, NewRankStack, read_job_signals, record_stacks
 from service.store.stream import StreamRead, StreamRow, read_stream
 
 __all__ = [
@@ -101,6 +105,10 @@ __all__ = [
     "queued_since",
     "read_job_state",
     "read_stream",
+    "JobSignals",
+    "NewRankStack",
+    "read_job_signals",
+    "record_stacks",
     "register_checkpoint",
     "requeue_job",
     "take_job",

@@ -14,6 +14,7 @@ from sqlmodel import Session, col, select
 
 from service.models import Checkpoint, utcnow
 from service.store.lifecycle import allocate_seq, insert_event, new_id
+from service.store.webhook_outbox import enqueue_checkpoint_deliveries
 
 CHECKPOINT_DELETED = "checkpoint_deleted"
 
@@ -61,6 +62,8 @@ def register_checkpoint(
         created_at=utcnow(),
     )
     session.add(checkpoint)
+    session.flush()
+    enqueue_checkpoint_deliveries(session, checkpoint)
     session.commit()
     return checkpoint
 

@@ -9,7 +9,16 @@ from sqlmodel import Session, col, select
 
 from jobs.spec import JobSpec
 from jobs.states import ACTIVE_STATES, JobState
-from service.models import Checkpoint, Job, JobEvent, JobNode, LogLine, MetricPoint, utcnow
+from service.models import (
+    Checkpoint,
+    Job,
+    JobEvent,
+    JobNode,
+    LogLine,
+    MetricPoint,
+    RankStack,
+    utcnow,
+)
 from service.store.lifecycle import (
     JOB_TABLE,
     active_at,
@@ -142,7 +151,7 @@ def touch_job_heartbeat(
 
 def delete_job_rows(session: Session, job_id: str) -> None:
     """Remove a job and every row it produced, in one transaction."""
-    tables: Iterable[Any] = (JobEvent, MetricPoint, LogLine, Checkpoint, JobNode)
+    tables: Iterable[Any] = (JobEvent, MetricPoint, LogLine, Checkpoint, JobNode, RankStack)
     for table in tables:
         session.execute(delete(table).where(col(table.job_id) == job_id))
     session.execute(delete(Job).where(col(Job.id) == job_id))

@@ -21,6 +21,7 @@ from sqlmodel import Session, col, select
 
 from jobs.states import ACTIVE_STATES, ExitReason, JobState, states_that_can_become
 from service.models import Job, JobEvent, utcnow
+from service.store.webhook_outbox import enqueue_state_deliveries
 
 # Worker-side failures that retry the job while `max_retries` allow (docs/reliability.md):
 # all but a cancel, a timeout (it would only time out again) and a launch error (the spec or
@@ -108,6 +109,7 @@ def insert_state_event(
     session: Session, job_id: str, state: JobState, attempt: int, seq: int, detail: dict[str, Any]
 ) -> None:
     insert_event(session, job_id, "state", attempt, seq, {"state": str(state), **detail})
+    enqueue_state_deliveries(session, job_id, state, seq)
 
 
 def add_attempt_event(

@@ -252,6 +252,9 @@ def test_a_synthetic_job_submitted_and_followed_in_the_browser(
     assert saved[0].name.startswith("browser-e2e-")
     assert "sha256 verified" in text_of(driver, "#download-status")
     assert job_id in text_of(driver, ".summary")
+    # A finished job's operations panels: no stacks were recorded, no webhook is registered.
+    wait("the stacks panel", lambda: "No stacks recorded" in text_of(driver, "#stacks"))
+    wait("the deliveries panel", lambda: "No webhooks" in text_of(driver, "#deliveries"))
 
     save_screenshot(driver, "dashboard-job.png")
 

@@ -79,7 +79,17 @@ def test_the_client_loads_nothing_of_the_server() -> None:
 
 
 # Bottom first: each module of the store imports only those before it.
-STORE_LAYERS = ["lifecycle", "nodes", "job_rows", "outputs", "checkpoints", "stream"]
+STORE_LAYERS = [
+    "webhook_outbox",
+    "lifecycle",
+    "nodes",
+    "job_rows",
+    "outputs",
+    "checkpoints",
+    "stream",
+    "stacks",
+    "log_search",
+]
 
 
 def test_the_store_is_layered_on_its_lifecycle_core() -> None:

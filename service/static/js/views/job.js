@@ -7,6 +7,7 @@ import { MetricCharts } from "../charts.js";
 import { CheckpointTable } from "../checkpoints.js";
 import { TERMINAL, describeError, formatDuration, formatTime, h, parseTime, stateBadge } from "../dom.js";
 import { LogViewer } from "../logs.js";
+import { DeliveriesPanel, StacksPanel } from "../operations.js";
 import { EventStream } from "../sse.js";
 import { dump } from "../../vendor/js-yaml/js-yaml.esm.min.js";
 import { cancelButton, progressCell } from "./jobs.js";
@@ -28,6 +29,8 @@ export async function renderJob(ctx) {
   const checkpointBox = h("div", { id: "checkpoints" });
   const multiNode = (job.spec.nnodes || 1) > 1;
   const nodeBox = h("div", { id: "nodes" });
+  const stacksBox = h("div", { id: "stacks-panel" });
+  const deliveriesBox = h("div", { id: "deliveries-panel" });
   const spec = h("pre", { class: "spec", id: "spec" }, dump(job.spec));
   const resubmit = h(
     "button",
@@ -62,6 +65,8 @@ export async function renderJob(ctx) {
       section("Logs", logBox),
       section("Checkpoints", checkpointBox),
       multiNode ? section("Nodes", nodeBox) : null,
+      section("Stacks", stacksBox),
+      section("Webhook deliveries", deliveriesBox),
       section("Spec", h("div", { class: "spec-bar" }, resubmit), spec),
     ),
   );
@@ -69,6 +74,13 @@ export async function renderJob(ctx) {
   const metricCharts = new MetricCharts(charts);
   const logs = new LogViewer(logBox);
   const checkpoints = new CheckpointTable(checkpointBox, job);
+  const stacks = new StacksPanel(stacksBox, id);
+  const deliveries = new DeliveriesPanel(deliveriesBox, id);
+  const refreshOperations = () => {
+    stacks.setRunning(["starting", "running"].includes(job.state));
+    stacks.refresh(ctx.signal).catch(() => {});
+    deliveries.refresh(ctx.signal).catch(() => {});
+  };
   ctx.onCleanup(() => metricCharts.destroy());
   const world = job.spec.launcher === "python" ? 1 : (job.spec.nnodes || 1) * (job.spec.nproc_per_node || 1);
   logs.expectRanks(world);
@@ -86,9 +98,11 @@ export async function renderJob(ctx) {
     job = await api.getJob(id, ctx.signal);
     show();
     refreshNodes().catch(() => {});
+    refreshOperations();
     return job;
   };
   show();
+  refreshOperations();
   checkpoints.refresh(ctx.signal).catch(() => {});
   refreshNodes().catch(() => {});
 
@@ -130,7 +144,7 @@ export async function renderJob(ctx) {
 }
 
 function section(title, ...children) {
-  const slug = title.toLowerCase();
+  const slug = title.toLowerCase().replace(/\s+/g, "-");
   return h("section", { class: `panel panel-${slug}`, "aria-labelledby": `h-${slug}` }, h("h2", { id: `h-${slug}` }, title), children);
 }
 
