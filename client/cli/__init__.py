@@ -7,7 +7,7 @@ the service and the worker only when run.
     base.py     the app, consoles (no markup, colour only on a terminal, NO_COLOR), errors
     jobs.py     submit, list, status, watch, logs, metrics, checkpoints, cancel, delete, download
     admin.py    code upload, recipes, nodes, workers, token create|list|revoke
-    server.py   api, worker (and worker --check), reaper, db upgrade
+    server.py   api, worker (and worker --check), reaper, db upgrade, storage migrate
 
 Exit status: 0 ok; 1 the API refused (`error <code>: <message>`) or a followed job failed;
 2 a followed job was cancelled (also click's status for a bad command line); 3 the API
