@@ -128,6 +128,8 @@ def check_complete(path: Path, size: int) -> None:
     elif path.suffix == ".safetensors":
         try:
             header_len = int.from_bytes(head, "little")
+            if header_len > size - 8:  # read no more than the file holds
+                raise ValueError(f"a {header_len}-byte header in a {size}-byte file")
             with open(path, "rb") as handle:
                 handle.seek(8)
                 header = json.loads(handle.read(header_len))

@@ -48,6 +48,8 @@ def download_checkpoint(
     artifacts = store_for(settings)
     etag = f'"{checkpoint.sha256}"'
     if artifacts.remote and settings.s3_presigned_downloads:
+        if range_header is not None:  # refused here, with the error body, not by the store
+            check_range(range_header, checkpoint.size)
         url = artifacts.presign_get(checkpoint.path, settings.s3_presign_ttl_s)
         if url is not None:
             return RedirectResponse(url, status_code=307, headers={"etag": etag})
