@@ -18,6 +18,7 @@ import torch.distributed.checkpoint as dcp
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
+print(f"rank {rank} of world {dist.get_world_size()}", flush=True)
 ckpt_dir = os.environ["LAUNCHBAY_CHECKPOINT_DIR"]
 attempt = int(os.environ["LAUNCHBAY_ATTEMPT"])
 model = torch.nn.Linear(8, 4)
@@ -36,6 +37,9 @@ for step in range(start + 1, last + 1):
     with torch.no_grad():
         model.weight.fill_(float(step))
     if rank == 0:
+        metric = {"type": "metric", "step": step, "metrics": {"loss": 1 / step}}
+        with open(os.environ["LAUNCHBAY_EVENTS_FILE"], "a") as events:
+            events.write(json.dumps(metric) + "\n")
         name = f"step-{step}"
         staging = os.path.join(ckpt_dir, f".{name}.tmp")
         state = {"model": model.state_dict(), "step": torch.tensor(step)}
