@@ -160,25 +160,30 @@ class TreeDigest:
 
 def extract_tar(source: BinaryIO, target: Path) -> int:
     """Unpack a tar stream into the new directory `target` (regular files and directories
-    only, nothing outside it); returns the files written."""
+    only, nothing outside it); returns the files written. TreeRefused for anything else,
+    a damaged stream included."""
     target.mkdir(parents=True)
-    count = 0
-    with tarfile.open(fileobj=source, mode="r|") as archive:
-        for member in archive:
-            rel = PurePosixPath(member.name)
-            if rel.is_absolute() or ".." in rel.parts:
-                raise TreeRefused(f"{member.name!r} lies outside the directory")
-            if member.isdir():
-                (target / rel).mkdir(parents=True, exist_ok=True)
-                continue
-            if not member.isreg():
-                raise TreeRefused(f"{member.name!r} is not a regular file")
-            out = target / rel
-            out.parent.mkdir(parents=True, exist_ok=True)
-            data = archive.extractfile(member)
-            assert data is not None  # a regular member has data
-            with open(out, "wb") as handle:
-                while chunk := data.read(CHUNK):
-                    handle.write(chunk)
-            count += 1
-    return count
+    try:
+        with tarfile.open(fileobj=source, mode="r|") as archive:
+            return sum(_extract_member(archive, member, target) for member in archive)
+    except tarfile.TarError as exc:
+        raise TreeRefused(f"not a readable tar stream: {exc}") from None
+
+
+def _extract_member(archive: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> int:
+    rel = PurePosixPath(member.name)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise TreeRefused(f"{member.name!r} lies outside the directory")
+    if member.isdir():
+        (target / rel).mkdir(parents=True, exist_ok=True)
+        return 0
+    if not member.isreg():
+        raise TreeRefused(f"{member.name!r} is not a regular file")
+    out = target / rel
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = archive.extractfile(member)
+    assert data is not None  # a regular member has data
+    with open(out, "wb") as handle:
+        while chunk := data.read(CHUNK):
+            handle.write(chunk)
+    return 1
