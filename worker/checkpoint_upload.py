@@ -9,12 +9,16 @@ only looks at the finished futures, so a slow upload never holds the loop, nor t
 - A failed upload (the store unreachable, or gone mid-upload) is retried with backoff until
   `retry_for_s` has passed; an object store makes an object visible only once complete, so
   nothing half-written is ever listed, served or registered.
+- The thread runs at a lower CPU priority (nice `UPLOAD_NICE`, Linux threads have their
+  own), so reading and hashing a large checkpoint yields the CPU to the ranks on a busy host.
 - After the upload the source is looked at again: a file (or tree) that changed meanwhile was
   still being written, and is refused (`CheckpointRejected`).
 """
 
 import hashlib
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,6 +31,7 @@ from service.artifacts.tree import TreeDigest, TreeFile, TreeRefused, scan_tree
 
 log = logging.getLogger(__name__)
 CHUNK = 8 * 1024 * 1024
+UPLOAD_NICE = 10
 TAR_MEDIA_TYPE = "application/x-tar"
 
 
@@ -87,6 +92,13 @@ def tree_files(root: Path) -> list[TreeFile]:
         raise UploadRefused(str(exc)) from None
 
 
+def _lower_priority() -> None:
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), UPLOAD_NICE)
+    except (OSError, AttributeError):
+        pass  # not Linux, or not allowed: the thread keeps the process's priority
+
+
 class CheckpointUploader:
     """One background thread that stores checkpoints, one at a time, in submission order."""
 
@@ -96,7 +108,9 @@ class CheckpointUploader:
         self.store = store
         self.retry_for_s = retry_for_s
         self.first_backoff_s = first_backoff_s
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-upload")
+        self._pool = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="checkpoint-upload", initializer=_lower_priority
+        )
         self._closing = False
 
     def submit(self, key: str, path: Path, unchanged: Callable[[], None]) -> "Future[Stored]":

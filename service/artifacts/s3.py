@@ -23,9 +23,9 @@ from service.artifacts.base import ArtifactStore, ObjectMissing, StoredObject, S
 
 # obstore raises FileNotFoundError for a missing object; the stub names NotFoundError.
 MISSING = (NotFoundError, FileNotFoundError)
-PART_BYTES = 8 * 1024 * 1024
-PARTS_IN_FLIGHT = 4
-READ_CHUNK = 1024 * 1024
+PART_BYTES = 5 * 1024 * 1024
+PARTS_IN_FLIGHT = 12
+READ_CHUNK = 4 * 1024 * 1024
 RETRY: Any = {
     "max_retries": 4,
     "retry_timeout": timedelta(seconds=30),
