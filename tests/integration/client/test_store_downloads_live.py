@@ -17,10 +17,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlmodel import Session
 
 from client import Client
 from client.errors import ChecksumMismatch, NotFound
-from service.artifacts import open_store
+from jobs.states import JobState
+from service import store
+from service.artifacts import ObjectMissing, open_store
 from service.db import make_engine, upgrade_database
 from service.settings import Settings
 from tests.integration.client.conftest import ADMIN_TOKEN, serve_api
@@ -189,3 +192,13 @@ def test_downloads_verify_and_ranges_are_exact(
         with pytest.raises(ChecksumMismatch):
             lb.download_checkpoint(job_id, single["id"], tmp_path / "bad.pt")
         assert not (tmp_path / "bad.pt").exists()
+
+        # Deleting the finished job deletes its checkpoints from the store too.
+        engine = make_engine(settings.resolved_database_url)
+        with Session(engine) as session:
+            store.transition_job(session, job_id, JobState.SUCCEEDED, attempt=1)
+        engine.dispose()
+        lb.delete_job(job_id)
+        for item in (single, folder):
+            with pytest.raises(ObjectMissing):
+                open_store(settings).size(item["path"])
