@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from service.artifacts import ArtifactStore, StoreError
-from service.artifacts.tree import TreeDigest, TreeFile, TreeRefused, scan_tree
+from service.artifacts.tree import TreeDigest, TreeFile, TreeRefused, open_regular, scan_tree
 
 log = logging.getLogger(__name__)
 CHUNK = 8 * 1024 * 1024
@@ -50,8 +50,14 @@ class Stored:
     manifest: list[dict[str, Any]] | None = None
 
 
-def read_chunks(path: Path, size: int) -> Iterator[bytes]:
-    with open(path, "rb") as handle:
+def read_chunks(path: Path, size: int, inode: int | None = None) -> Iterator[bytes]:
+    """The file's bytes, refused if it is no longer the regular file that was reported (the
+    worker may run as root: a link swapped in must not be followed)."""
+    try:
+        handle = open_regular(path, size, inode)
+    except TreeRefused as exc:
+        raise UploadRefused(str(exc)) from None
+    with handle:
         left = size
         while left > 0:
             chunk = handle.read(min(CHUNK, left))
@@ -61,12 +67,14 @@ def read_chunks(path: Path, size: int) -> Iterator[bytes]:
             yield chunk
 
 
-def store_file(store: ArtifactStore, key: str, path: Path, size: int) -> Stored:
+def store_file(
+    store: ArtifactStore, key: str, path: Path, size: int, inode: int | None = None
+) -> Stored:
     if store.remote:
-        stored = store.put(key, read_chunks(path, size))
+        stored = store.put(key, read_chunks(path, size, inode))
         return Stored(stored.size, stored.sha256)
     digest = hashlib.sha256()
-    for chunk in read_chunks(path, size):
+    for chunk in read_chunks(path, size, inode):
         digest.update(chunk)
     return Stored(size, digest.hexdigest())
 
@@ -113,12 +121,21 @@ class CheckpointUploader:
         )
         self._closing = False
 
-    def submit(self, key: str, path: Path, unchanged: Callable[[], None]) -> "Future[Stored]":
+    def submit(
+        self,
+        key: str,
+        path: Path,
+        unchanged: Callable[[], None],
+        inode: int | None = None,
+    ) -> "Future[Stored]":
         """Store the file or directory `path` under `key`; `unchanged()` (raising when the
-        source changed since it was reported) is called after each try."""
-        return self._pool.submit(self._store, key, path, unchanged)
+        source changed since it was reported) is called after each try. A file must still be
+        `inode` (the one reported), a directory's files the ones listed."""
+        return self._pool.submit(self._store, key, path, unchanged, inode)
 
-    def _store(self, key: str, path: Path, unchanged: Callable[[], None]) -> Stored:
+    def _store(
+        self, key: str, path: Path, unchanged: Callable[[], None], inode: int | None
+    ) -> Stored:
         deadline = time.monotonic() + self.retry_for_s
         backoff = self.first_backoff_s
         while True:
@@ -126,7 +143,7 @@ class CheckpointUploader:
                 if path.is_dir():
                     stored = store_tree(self.store, key, path, tree_files(path))
                 else:
-                    stored = store_file(self.store, key, path, path.stat().st_size)
+                    stored = store_file(self.store, key, path, path.stat().st_size, inode)
                 unchanged()
                 return stored
             except StoreError as exc:

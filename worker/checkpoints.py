@@ -228,8 +228,12 @@ class CheckpointRegistrar:
                     del self.pending[path]
                     self._reject(pending.event.path, f"cannot be read: {exc}")
                     continue
+                signed = pending.signature
                 pending.upload = self.uploader.submit(
-                    self._key(pending), path, partial(self._check_unchanged, pending)
+                    self._key(pending),
+                    path,
+                    partial(self._check_unchanged, pending),
+                    signed.inode if isinstance(signed, FileSignature) else None,
                 )
         if final:
             wait([p.upload for p in self.pending.values() if p.upload is not None])

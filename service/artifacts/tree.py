@@ -87,7 +87,9 @@ def iter_tar(
     root: Path, files: list[tuple[str, int]], start: int = 0, end: int | None = None
 ) -> Iterator[bytes]:
     """Bytes `start` to `end` (exclusive; None: to the end) of the canonical stream of the
-    (path, size) files under `root`. A file whose length changed raises TreeRefused."""
+    (path, size) files under `root`. A file whose length changed, or that now leads out of
+    `root` (a directory above it swapped for a link), raises TreeRefused."""
+    base = root.resolve()
     offset = 0
     for rel, size in files:
         header = header_of(rel, size)
@@ -101,6 +103,8 @@ def iter_tar(
                 elif source is None:
                     yield bytes(hi - lo)
                 else:
+                    if not (root / source).resolve().is_relative_to(base):
+                        raise TreeRefused(f"{source!r} leads out of the directory")
                     yield from _read_file(root / source, lo, hi, size)
             offset = piece_end
     piece_end = offset + len(END_OF_ARCHIVE)
@@ -110,10 +114,25 @@ def iter_tar(
         yield END_OF_ARCHIVE[lo:hi]
 
 
-def _read_file(path: Path, lo: int, hi: int, size: int) -> Iterator[bytes]:
-    with open(path, "rb") as handle:
-        if os.fstat(handle.fileno()).st_size != size:
-            raise TreeRefused(f"{path.name} changed size")
+def open_regular(path: Path, size: int, inode: int | None = None) -> BinaryIO:
+    """`path` opened for reading, refused unless it is still a regular file of `size` bytes
+    (and of `inode`, when given): not a symlink swapped in since it was listed (the final
+    component is not followed; a directory above swapped for a link changes the inode)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise TreeRefused(f"{path.name} cannot be opened: {exc}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size != size or inode not in (None, st.st_ino):
+        os.close(fd)
+        raise TreeRefused(f"{path.name} changed since it was listed")
+    return os.fdopen(fd, "rb")
+
+
+def _read_file(
+    path: Path, lo: int, hi: int, size: int, inode: int | None = None
+) -> Iterator[bytes]:
+    with open_regular(path, size, inode) as handle:
         handle.seek(lo)
         left = hi - lo
         while left > 0:
@@ -143,7 +162,7 @@ class TreeDigest:
             whole.update(header)
             yield header
             one = hashlib.sha256()
-            for chunk in _read_file(self.root / file.path, 0, file.size, file.size):
+            for chunk in _read_file(self.root / file.path, 0, file.size, file.size, file.inode):
                 one.update(chunk)
                 whole.update(chunk)
                 yield chunk

@@ -87,7 +87,7 @@ def test_a_file_that_changed_size_stops_the_stream(tmp_path: Path) -> None:
     (tmp_path / "a.bin").write_bytes(b"x" * 100)
     listing = [(f.path, f.size) for f in scan_tree(tmp_path)]
     (tmp_path / "a.bin").write_bytes(b"x" * 50)
-    with pytest.raises(TreeRefused, match="changed size"):
+    with pytest.raises(TreeRefused, match="changed since it was listed"):
         b"".join(iter_tar(tmp_path, listing))
 
 
@@ -113,3 +113,33 @@ def test_unpacking_refuses_links(tmp_path: Path) -> None:
     buffer.seek(0)
     with pytest.raises(TreeRefused, match="not a regular file"):
         extract_tar(buffer, tmp_path / "out")
+
+
+def test_a_link_swapped_in_after_the_listing_is_not_followed(tmp_path: Path) -> None:
+    """The worker (root) and the API read directories the job's user may still change."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s" * 10)
+    root = tmp_path / "ckpt"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "w.bin").write_bytes(b"w" * 10)
+    (root / "a.bin").write_bytes(b"a" * 10)
+    files = scan_tree(root)
+    (root / "a.bin").unlink()
+    (root / "a.bin").symlink_to(secret)  # same size, a link now
+    with pytest.raises(TreeRefused):
+        b"".join(TreeDigest(root, files).stream())
+    with pytest.raises(TreeRefused):
+        b"".join(iter_tar(root, [(f.path, f.size) for f in files]))
+
+    (root / "a.bin").unlink()
+    (root / "a.bin").write_bytes(b"a" * 10)
+    files = scan_tree(root)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "w.bin").write_bytes(b"x" * 10)
+    os.rename(root / "sub", tmp_path / "moved")
+    (root / "sub").symlink_to(elsewhere)  # a directory above a listed file
+    with pytest.raises(TreeRefused):
+        b"".join(TreeDigest(root, files).stream())
+    with pytest.raises(TreeRefused, match="leads out"):
+        b"".join(iter_tar(root, [(f.path, f.size) for f in files]))
