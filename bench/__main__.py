@@ -19,6 +19,7 @@ BENCHMARKS = {
     "gpu": "bench.p7_gpu",
     "environment": "bench.p8_environment",
     "logsearch": "bench.p9_log_search",
+    "store": "bench.p9_store",
 }
 
 

@@ -219,7 +219,8 @@ class AsyncClient:
         *,
         progress: http.ProgressCallback | None = None,
     ) -> Path:
-        """As `Client.download_checkpoint`: resumes with Range, checks the sha256."""
+        """As `Client.download_checkpoint`: resumes with Range, follows a redirect to the
+        object store, checks the sha256 (a directory checkpoint is saved as its tar)."""
         target = http.download_target(job_id, ref, path)
         target.parent.mkdir(parents=True, exist_ok=True)
         part = http.part_of(target)
@@ -231,13 +232,13 @@ class AsyncClient:
             offset = part.stat().st_size if part.exists() else 0
             headers = http.resume_headers(offset, etag)
             try:
-                async with self._stream("GET", url, headers=headers, ok=(416,)) as response:
+                async with self._download_stream(url, headers) as (response, announced):
                     if not http.continues(response, offset):
                         part.unlink(missing_ok=True)
                         hasher, offset = http.sha256_of(part), 0
                         if response.status_code != 200:
                             continue
-                    etag = response.headers.get("ETag", etag)
+                    etag = announced or etag
                     total = http.total_size(response, offset)
                     with part.open("ab") as out:
                         async for chunk in response.aiter_bytes():
@@ -302,6 +303,25 @@ class AsyncClient:
         if response.status_code == 204 or not response.content:
             return None
         return response.json()
+
+    @asynccontextmanager
+    async def _download_stream(
+        self, url: str, headers: dict[str, str]
+    ) -> AsyncIterator[tuple[httpx.Response, str | None]]:
+        """As `Client._download_stream`: a 307 to the object store is followed, tokenless."""
+        async with self._stream("GET", url, headers=headers, ok=(416,)) as response:
+            etag = response.headers.get("ETag")
+            location = response.headers.get("Location")
+            if response.status_code != 307 or not location:
+                yield response, etag
+                return
+        store_headers = {k: v for k, v in headers.items() if k.lower() != "if-range"}
+        async with httpx.AsyncClient(timeout=self._http.timeout) as plain:
+            async with plain.stream("GET", location, headers=store_headers) as redirected:
+                if redirected.is_error and redirected.status_code != 416:
+                    await redirected.aread()
+                    raise api_error_from_response(redirected)
+                yield redirected, etag
 
     @asynccontextmanager
     async def _stream(

@@ -174,6 +174,11 @@ def total_size(response: httpx.Response, offset: int) -> int | None:
     return offset + int(length) if length.isdigit() else None
 
 
+def is_tar(response: httpx.Response) -> bool:
+    """Whether the download is a directory checkpoint's tar stream."""
+    return response.headers.get("Content-Type", "").startswith("application/x-tar")
+
+
 def etag_value(etag: str | None) -> str | None:
     if not etag:
         return None

@@ -127,6 +127,11 @@ class Checkpoint(ApiModel):
     sha256: str
     path: str
     created_at: datetime
+    # "file", or "dir": a directory, downloaded as one tar (`size`, `sha256`: the tar's),
+    # with `files` files listed in `manifest` (`path`, `size`, `sha256` each).
+    kind: str = "file"
+    files: int = 1
+    manifest: list[dict[str, Any]] | None = None
 
 
 class Node(ApiModel):

@@ -246,7 +246,7 @@ def checkpoints_view(
                 f"{item.get('id')}  {','.join(marks.get(str(item.get('id')), []))}".rstrip()
                 + f"\n  step {format_number(item.get('step'))}"
                 + f"  epoch {format_number(item.get('epoch'))}"
-                + f"  {format_size(item.get('size'))}  sha256 {str(item.get('sha256'))[:12]}"
+                + f"  {checkpoint_size(item)}  sha256 {str(item.get('sha256'))[:12]}"
                 + ("\n  " + _metrics_text(metrics) if metrics else "")
             )
         )
@@ -274,11 +274,18 @@ def checkpoints_table(checkpoints: list[dict[str, Any]], marks: dict[str, list[s
             format_number(item.get("step")),
             format_number(item.get("epoch")),
             _metrics_text(metrics),
-            format_size(item.get("size")),
+            checkpoint_size(item),
             str(item.get("sha256") or "")[:12],
             ",".join(marks.get(str(item.get("id")), [])),
         )
     return table
+
+
+def checkpoint_size(item: dict[str, Any]) -> str:
+    """`12.0 MiB`, or for a directory checkpoint `12.0 MiB (dir, 5 files)`."""
+    if item.get("kind") == "dir":
+        return f"{format_size(item.get('size'))} (dir, {item.get('files')} files)"
+    return format_size(item.get("size"))
 
 
 def format_size(size: Any) -> str:

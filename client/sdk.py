@@ -62,6 +62,7 @@ from client.models import (
     Worker,
 )
 from client.sse import SSEParser
+from client.unpack import unpack_checkpoint
 
 JSON = http.JSON
 ProgressCallback = http.ProgressCallback
@@ -260,13 +261,20 @@ class Client:
         path: str | os.PathLike[str] | None = None,
         *,
         progress: ProgressCallback | None = None,
+        unpack: bool = True,
     ) -> Path:
         """Save a checkpoint (`latest`, `best` or a checkpoint id) and return where it went.
 
         `path` defaults to `<job_id>-<ref>.pt` in the current directory (inside `path` when it
         is a directory). Bytes land in `<path>.part` first; an interrupted transfer, in this
         call or an earlier one, goes on from where it stopped with a Range request. The file
-        is renamed into place only once its sha256 equals the server's ETag.
+        is renamed into place only once its sha256 equals the server's ETag. A service that
+        answers with a redirect to its object store (307) is followed, without this client's
+        token, and the bytes are checked all the same.
+
+        A directory checkpoint comes as one tar stream; with `unpack` it is unpacked into the
+        directory `path` (without a `.pt`/`.tar` suffix), each file checked against the
+        checkpoint's manifest, and that directory is returned.
         """
         target = http.download_target(job_id, ref, path)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -274,12 +282,14 @@ class Client:
         url = http.job_path(job_id, "checkpoints", ref, "download")
         hasher = http.sha256_of(part)
         etag: str | None = None
+        is_tar = False
         failures = 0
         while True:
             offset = part.stat().st_size if part.exists() else 0
             headers = http.resume_headers(offset, etag)
             try:
-                with self._stream("GET", url, headers=headers, ok=(416,)) as response:
+                with self._download_stream(url, headers) as (response, announced):
+                    is_tar = http.is_tar(response)
                     if not http.continues(response, offset):
                         # The server sends the whole file (200), or its part no longer fits the
                         # one we hold (416, another 206): drop ours and take the whole.
@@ -287,7 +297,7 @@ class Client:
                         hasher, offset = http.sha256_of(part), 0
                         if response.status_code != 200:
                             continue
-                    etag = response.headers.get("ETag", etag)
+                    etag = announced or etag
                     total = http.total_size(response, offset)
                     with part.open("ab") as out:
                         for chunk in response.iter_bytes():
@@ -303,7 +313,41 @@ class Client:
                 if failures > self.retries:
                     raise ConnectionFailed(self.api_url, http.describe(exc)) from exc
                 self._backoff(failures - 1)
-        return http.finish_download(part, target, hasher, etag)
+        saved = http.finish_download(part, target, hasher, etag)
+        return self._unpacked(job_id, saved, etag) if unpack and is_tar else saved
+
+    @contextmanager
+    def _download_stream(
+        self, url: str, headers: dict[str, str]
+    ) -> Iterator[tuple[httpx.Response, str | None]]:
+        """(the response carrying the bytes, the sha256 ETag the API announced)."""
+        with self._stream("GET", url, headers=headers, ok=(416,)) as response:
+            etag = response.headers.get("ETag")
+            location = response.headers.get("Location")
+            if response.status_code != 307 or not location:
+                yield response, etag
+                return
+        # The store's URL is signed for this object: no token, no If-Range (its ETag differs).
+        store_headers = {k: v for k, v in headers.items() if k.lower() != "if-range"}
+        with httpx.Client(timeout=self._http.timeout) as plain:
+            with plain.stream("GET", location, headers=store_headers) as redirected:
+                if redirected.is_error and redirected.status_code != 416:
+                    redirected.read()
+                    raise api_error_from_response(redirected)
+                yield redirected, etag
+
+    def _unpacked(self, job_id: str, saved: Path, etag: str | None) -> Path:
+        """A directory checkpoint's tar unpacked beside it (and removed); a file as it is."""
+        sha = http.etag_value(etag)
+        found = [c for c in self.list_checkpoints(job_id) if c.sha256 == sha]
+        if not found or found[0].kind != "dir":
+            return saved
+        directory = saved.with_name(saved.name.removesuffix(".pt").removesuffix(".tar"))
+        if directory == saved:
+            directory = saved.with_name(f"{saved.name}.d")
+        unpack_checkpoint(saved, directory, found[0].manifest or [])
+        saved.unlink()
+        return directory
 
     # Code, recipes, workers, service
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Validates the container stack offline: docker-compose.yml (docker-compose config), its
-# multi-node profile rendered for an example host, and the Dockerfile (hadolint). Needs no
+# multi-node profile rendered for an example host, its object-store profile, and the
+# Dockerfile (hadolint). Needs no
 # Docker engine. Exits non-zero on any problem.
 set -euo pipefail
 
@@ -92,6 +93,45 @@ check_multinode_profile() {
     echo "check-stack: docker-compose.yml profile multi-node ok"
 }
 
+# Hosts with no shared disk (docs/deployment.md): the object-store profile adds MinIO and the
+# job that makes the bucket, and the api and workers get the store's settings.
+check_object_store_profile() {
+    local err rendered
+    err="$(mktemp)"
+    if ! rendered="$(env REDIS_PASSWORD=example AWS_ACCESS_KEY_ID=example \
+        AWS_SECRET_ACCESS_KEY=example-secret LAUNCHBAY_ARTIFACT_STORE=s3://launchbay/prod \
+        LAUNCHBAY_S3_ENDPOINT_URL=http://minio:9000 \
+        docker-compose -f docker-compose.yml --profile object-store config 2>"$err")"; then
+        cat "$err" >&2
+        rm -f "$err"
+        fail "the object-store profile of docker-compose.yml is invalid"
+    fi
+    if [[ -s "$err" ]]; then
+        cat "$err" >&2
+        rm -f "$err"
+        fail "the object-store profile of docker-compose.yml validated with warnings"
+    fi
+    rm -f "$err"
+    local python=python3
+    [[ -x .venv/bin/python ]] && python=.venv/bin/python
+    "$python" -c '
+import sys, yaml
+services = yaml.safe_load(sys.stdin)["services"]
+for name in ("minio", "minio-bucket"):
+    if name not in services:
+        sys.exit(f"no {name} service")
+if "mc mb --ignore-existing" not in " ".join(services["minio-bucket"]["entrypoint"]):
+    sys.exit("minio-bucket does not make the bucket")
+for name in ("api", "worker"):
+    env = services[name]["environment"]
+    if env.get("LAUNCHBAY_ARTIFACT_STORE") != "s3://launchbay/prod" or env.get(
+        "AWS_ACCESS_KEY_ID"
+    ) != "example":
+        sys.exit(f"{name} does not get the store settings")
+' <<<"$rendered" || fail "docker-compose.yml: the object-store profile is incomplete"
+    echo "check-stack: docker-compose.yml profile object-store ok"
+}
+
 check_dockerfile() {
     local hadolint
     hadolint="$(find_hadolint)"
@@ -123,5 +163,6 @@ if check.get("disable") or test[1:] != ["launchbay", "worker", "--check"]:
 ensure_docker_compose
 check_compose
 check_multinode_profile
+check_object_store_profile
 check_worker_healthcheck
 check_dockerfile

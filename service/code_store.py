@@ -11,6 +11,7 @@ A refused upload leaves nothing behind.
 """
 
 import errno
+import logging
 import os
 import shutil
 import uuid
@@ -28,10 +29,13 @@ from service.archives import (
     unpack_tar,
     unpack_zip,
 )
-from service.errors import Unprocessable
+from service.artifacts import ArtifactStore, ObjectMissing, StoreError, code_key
+from service.artifacts.tree import TreeDigest, scan_tree
+from service.errors import ServiceUnavailable, Unprocessable
 from service.models import CodeUpload
 from service.uploads import ReceivedFile
 
+log = logging.getLogger("launchbay.api")
 UNPACK_PREFIX = ".unpack-"
 KINDS = {".py": "python", ".zip": "zip", ".tar.gz": "tar", ".tgz": "tar"}
 MAX_FILENAME_CHARS = 255  # CodeUpload.filename
@@ -99,6 +103,44 @@ def store_upload(received: ReceivedFile, code_dir: Path, limits: UnpackLimits) -
 def _add_missing(source: Path, target: Path) -> None:
     if not target.exists():
         os.replace(source, target)  # same filesystem: the file appears whole or not at all
+
+
+# The artifact store's copy, from which workers with no shared disk fetch the code.
+
+
+def keep_in_store(store: ArtifactStore, code_dir: Path, code_id: str) -> None:
+    """Put the unpacked code in a remote store (as its canonical tar), unless it is there
+    already; 503 when the store does not answer (the upload may be sent again)."""
+    if not store.remote:
+        return
+    key = code_key(code_id)
+    try:
+        store.size(key)
+        return
+    except ObjectMissing:
+        pass
+    except StoreError as exc:
+        raise _store_unavailable(exc) from None
+    root = code_dir / code_id
+    try:
+        store.put(key, TreeDigest(root, scan_tree(root)).stream())
+    except StoreError as exc:
+        raise _store_unavailable(exc) from None
+
+
+def drop_from_store(store: ArtifactStore, code_id: str) -> None:
+    if store.remote:
+        try:
+            store.delete([code_key(code_id)])
+        except StoreError:
+            log.warning("code %s: could not delete its copy in the store", code_id)
+
+
+def _store_unavailable(exc: StoreError) -> ServiceUnavailable:
+    return ServiceUnavailable(
+        f"the artifact store did not answer; send the upload again: {exc}",
+        detail={"store": "artifact"},
+    )
 
 
 # Rows: who uploaded what.

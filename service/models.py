@@ -201,6 +201,12 @@ class Checkpoint(SQLModel, table=True):
     size: int = Field(sa_type=BigInteger)
     sha256: str = Field(max_length=64)
     path: str = Field(max_length=1024)
+    # "file", or "dir": a directory, kept and served as one canonical tar stream
+    # (service/artifacts/tree.py) whose sha256 and size these are; `manifest` lists its files
+    # (path, size, sha256).
+    kind: str = Field(default="file", max_length=8)
+    files: int = 1
+    manifest: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON))
     created_at: datetime = Field(default_factory=utcnow)
     # Set when retention (or a newer save under the same path) retired it: the row stays, so
     # the job's event history keeps its `checkpoint` event; a `checkpoint_deleted` follows.

@@ -157,6 +157,11 @@ class CheckpointPublic(BaseModel):
     sha256: str
     path: str
     created_at: datetime
+    # "file", or "dir": a directory, downloaded as one tar stream (`size` and `sha256` are the
+    # stream's; `files` and `manifest` (path, size, sha256 of each file) say what it holds).
+    kind: str = "file"
+    files: int = 1
+    manifest: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_row(cls, row: Checkpoint) -> "CheckpointPublic":
@@ -171,6 +176,9 @@ class CheckpointPublic(BaseModel):
             sha256=row.sha256,
             path=row.path,
             created_at=row.created_at,
+            kind=row.kind,
+            files=row.files,
+            manifest=row.manifest,
         )
 
 

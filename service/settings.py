@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from jobs.spec import DEVICE_ENV, LAUNCHER_ENV
 
 UPLOAD_PATH = "/v1/code"
+ARTIFACT_STORE_PATTERN = r"^(local|s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?)$"
 # Room for the multipart boundaries and part headers around the uploaded file.
 UPLOAD_ENVELOPE_BYTES = 64 * 1024
 # Environment a job spec may not set: the loader's and the interpreter's code-injection hooks,
@@ -130,6 +131,16 @@ class Settings(BaseSettings):
     audit_retention_days: float = Field(default=90.0, gt=0)
     # The longest a log search (GET /v1/logs, GET /v1/jobs/{id}/logs?q=) may run.
     log_search_timeout_s: float = Field(default=5.0, gt=0)
+    # Where checkpoints and uploaded code are kept (service/artifacts/, docs/deployment.md):
+    # `local` (the data dir) or `s3://bucket/prefix` on AWS or LAUNCHBAY_S3_ENDPOINT_URL, with
+    # the standard AWS_* credentials. With `s3_presigned_downloads`, a download is answered
+    # with a 307 to a URL of the store valid for `s3_presign_ttl_s`. A checkpoint upload that
+    # fails is tried again for `checkpoint_upload_retry_s`.
+    artifact_store: str = Field(default="local", pattern=ARTIFACT_STORE_PATTERN)
+    s3_endpoint_url: str | None = None
+    s3_presigned_downloads: bool = False
+    s3_presign_ttl_s: int = Field(default=300, ge=1, le=7 * 24 * 3600)
+    checkpoint_upload_retry_s: float = Field(default=300.0, ge=0)
 
     @field_validator("allowed_queues", "forbidden_env", "pip_find_links", mode="before")
     @classmethod

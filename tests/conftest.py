@@ -15,9 +15,11 @@ from tests.support.isolation import (
 from tests.support.procs import SESSION_MARKER, marked_processes
 from tests.support.services import (
     RedisServer,
+    S3Server,
     postgres_database,
     postgres_server,
     private_redis,
+    private_s3,
 )
 from tests.support.stack import Stack
 
@@ -47,6 +49,23 @@ def redis_url(redis_server: RedisServer) -> str:
     url = redis_server.url(next(_redis_dbs, 0))
     redis.Redis.from_url(url).flushdb()
     return url
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """An S3 protocol server (moto's) for the session; each test keeps to a prefix of its own
+    (`s3_prefix`), so nothing one test stores is seen by another."""
+    with private_s3() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_prefix(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh prefix in the session's bucket, with the AWS_* credentials set for the test."""
+    for name, value in s3_server.env().items():
+        if name.startswith("AWS_"):
+            monkeypatch.setenv(name, value)
+    return f"t-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from jobs.states import AttemptRef, ExitReason, JobState, NodeState
+from service.artifacts import store_for
 from service.db import session_scope
 from service.executor import Executor, submit_retry
 from service.models import Job, utcnow
@@ -38,6 +39,7 @@ from worker import build_cache
 from worker.context import AttemptServices
 from worker.disk import record_job_disk_use
 from worker.environment import EnvironmentProblem, release_environments
+from worker.fetch import fetch_code
 from worker.heartbeat import AttemptHeartbeat
 from worker.isolation import JobUser, can_switch_users, isolate_attempt
 from worker.job_environment import prepare_environment
@@ -262,6 +264,9 @@ def _run(
     owner: str | None = None
     try:
         spec = parse_spec(taken.spec)
+        artifacts = store_for(settings)
+        if spec.code is not None:  # its requirements.txt is read next
+            fetch_code(artifacts, settings.code_dir, spec.code.code_id)
         environment = prepare_environment(
             services.engine,
             settings,
@@ -282,6 +287,7 @@ def _run(
             collective_timeout_s=settings.collective_timeout_s,
             rendezvous=taken.rendezvous,
             python=str(environment.python) if environment is not None else None,
+            store=artifacts,
         )
         owner = _owner(services.engine, ref.job_id) if can_switch_users() else None
         if owner is not None:

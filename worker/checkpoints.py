@@ -1,30 +1,37 @@
 """Register the checkpoints rank 0 reports, only once their files are proven complete, and
 apply the spec's retention.
 
-A reported file is registered when it
+A reported file (or directory) is registered when it
 
 - lies inside the job's checkpoint directory (relative path, no ``..``, no symlink out of it),
-- is a regular, non-empty file that did not change between the report and a later look
-  (`settle_s` apart; the contract says it is complete before its line is written, so a file
-  still growing is half-written and refused),
+- is a regular, non-empty file, or a directory of regular files (no symlink, device...), that
+  did not change between the report and a later look (`settle_s` apart; the contract says it
+  is complete before its line is written, so one still growing is half-written and refused),
 - passes a format check where the format says where it ends (a torch.save zip needs its
-  central directory, a safetensors file its declared length), and
-- is still the same file after its sha256 was computed.
+  central directory, a safetensors file its declared length; each file of a directory),
+- is whole in the artifact store: the uploader (worker/checkpoint_upload.py) stores it in the
+  background, computing its sha256 as it streams (a directory's: of its canonical tar
+  stream, service/artifacts/tree.py), and the monitor loop registers it once that is done, and
+- is still the same after that.
 
 Retention keeps the last `keep_last` checkpoints of the job (every attempt) plus the best by
 `best_metric`; rows are retired first (kept, marked deleted, with a `checkpoint_deleted`
-event), then files deleted, so no live row ever points at a deleted file.
+event), then files deleted (in the store, and the worker's own copy), so no live row ever
+points at a deleted file.
 """
 
 import hashlib
 import json
 import logging
 import os
+import shutil
 import stat
 import time
 import zipfile
 from collections.abc import Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path, PurePosixPath
 
 from sqlalchemy.engine import Engine
@@ -32,6 +39,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.contract.checkpoints import CheckpointPolicy
 from jobs.states import AttemptRef
+from service.artifacts import ArtifactStore, LocalStore, StoreError
+from service.artifacts.tree import TreeFile, TreeRefused, scan_tree
 from service.db import session_scope
 from service.models import Checkpoint
 from service.store import (
@@ -40,6 +49,7 @@ from service.store import (
     list_checkpoints,
     register_checkpoint,
 )
+from worker.checkpoint_upload import CheckpointUploader, Stored, UploadRefused
 from worker.events import CheckpointEvent
 
 log = logging.getLogger(__name__)
@@ -73,12 +83,21 @@ def resolve_checkpoint(checkpoint_dir: Path, reported: str) -> Path:
         raise CheckpointRejected(f"{reported!r} cannot be resolved: {exc}") from None
     if not real.is_relative_to(base) or real == base:
         raise CheckpointRejected(f"{reported!r} leads out of the checkpoint directory")
-    if not real.is_file():
-        raise CheckpointRejected(f"{reported!r} is not a regular file")
+    if not real.is_file() and not real.is_dir():
+        raise CheckpointRejected(f"{reported!r} is not a regular file or a directory")
     return real
 
 
-def signature(path: Path) -> FileSignature:
+# A directory's signature: its files (path, size, mtime, inode), in canonical order.
+Signature = FileSignature | tuple[TreeFile, ...]
+
+
+def signature(path: Path) -> Signature:
+    if path.is_dir() and not path.is_symlink():
+        try:
+            return tuple(scan_tree(path))
+        except (TreeRefused, OSError) as exc:
+            raise CheckpointRejected(f"{path.name}: {exc}") from None
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -91,7 +110,11 @@ def signature(path: Path) -> FileSignature:
 
 
 def check_complete(path: Path, size: int) -> None:
-    """Refuse a file whose own format shows it was cut short."""
+    """Refuse a file whose own format shows it was cut short (each file of a directory)."""
+    if path.is_dir():
+        for file in scan_tree(path):
+            check_complete(path / file.path, file.size)
+        return
     with open(path, "rb") as handle:
         head = handle.read(8)
     if head.startswith(ZIP_MAGIC):  # torch.save's default format
@@ -105,6 +128,8 @@ def check_complete(path: Path, size: int) -> None:
     elif path.suffix == ".safetensors":
         try:
             header_len = int.from_bytes(head, "little")
+            if header_len > size - 8:  # read no more than the file holds
+                raise ValueError(f"a {header_len}-byte header in a {size}-byte file")
             with open(path, "rb") as handle:
                 handle.seek(8)
                 header = json.loads(handle.read(header_len))
@@ -139,8 +164,9 @@ def select_retained(checkpoints: Sequence[Checkpoint], policy: CheckpointPolicy)
 class _Pending:
     event: CheckpointEvent
     path: Path
-    signature: FileSignature
+    signature: Signature
     seen_at: float
+    upload: "Future[Stored] | None" = None
 
 
 class CheckpointRegistrar:
@@ -155,6 +181,8 @@ class CheckpointRegistrar:
         checkpoint_dir: Path,
         policy: CheckpointPolicy,
         settle_s: float = 0.5,
+        store: ArtifactStore | None = None,
+        upload_retry_s: float = 300.0,
     ) -> None:
         self.engine = engine
         self.job_id, self.attempt = ref.job_id, ref.attempt
@@ -163,6 +191,8 @@ class CheckpointRegistrar:
         self.policy = policy
         self.settle_s = settle_s
         self.pending: dict[Path, _Pending] = {}
+        self.store: ArtifactStore = store or LocalStore(data_dir)
+        self.uploader = CheckpointUploader(self.store, retry_for_s=upload_retry_s)
         self.registered = 0
         self.rejected = 0
         # The job is no longer this attempt's: nothing more is registered.
@@ -181,62 +211,98 @@ class CheckpointRegistrar:
             self._reject(event.path, exc)
 
     def poll(self, *, final: bool = False) -> None:
-        """Register what has settled; with `final` (no rank is left to write) check everything."""
+        """Send what has settled to the store, register what is whole there; with `final` (no
+        rank is left to write) check everything and wait for the uploads."""
         if self.superseded:
             return
         now = time.monotonic()
         for path, pending in list(self.pending.items()):
-            if not final and now - pending.seen_at < self.settle_s:
-                continue
-            try:
-                digest = self._verify(pending)
-            except CheckpointRejected as exc:
-                del self.pending[path]
-                self._reject(pending.event.path, exc)
-                continue
-            except OSError as exc:
-                del self.pending[path]
-                self._reject(pending.event.path, f"cannot be read: {exc}")
-                continue
-            try:
-                self._register(pending, digest)
-            except AttemptSuperseded:
-                log.warning(
-                    "job %s: attempt %d superseded; checkpoints dropped", self.job_id, self.attempt
+            if pending.upload is None and (final or now - pending.seen_at >= self.settle_s):
+                try:
+                    self._verify(pending)
+                except CheckpointRejected as exc:
+                    del self.pending[path]
+                    self._reject(pending.event.path, exc)
+                    continue
+                except OSError as exc:
+                    del self.pending[path]
+                    self._reject(pending.event.path, f"cannot be read: {exc}")
+                    continue
+                signed = pending.signature
+                pending.upload = self.uploader.submit(
+                    self._key(pending),
+                    path,
+                    partial(self._check_unchanged, pending),
+                    signed.inode if isinstance(signed, FileSignature) else None,
                 )
-                self.superseded = True
-                self.pending.clear()
-                return
-            except SQLAlchemyError:
-                log.warning("job %s: registering a checkpoint failed; retrying", self.job_id)
+        if final:
+            wait([p.upload for p in self.pending.values() if p.upload is not None])
+        for path, pending in list(self.pending.items()):
+            if pending.upload is None or not pending.upload.done():
                 continue
-            del self.pending[path]
-            self.registered += 1
-            self._apply_retention()
+            if not self._register_stored(path, pending):
+                return
 
-    def _verify(self, pending: _Pending) -> str:
+    def _register_stored(self, path: Path, pending: _Pending) -> bool:
+        """Register a finished upload; False when the attempt was superseded."""
+        assert pending.upload is not None
+        try:
+            stored = pending.upload.result()
+        except (CheckpointRejected, UploadRefused, StoreError, OSError) as exc:
+            del self.pending[path]
+            self._reject(pending.event.path, exc)
+            return True
+        try:
+            self._register(pending, stored)
+        except AttemptSuperseded:
+            log.warning(
+                "job %s: attempt %d superseded; checkpoints dropped", self.job_id, self.attempt
+            )
+            self.superseded = True
+            self.pending.clear()
+            self.uploader.close(wait=False)
+            return False
+        except SQLAlchemyError:
+            log.warning("job %s: registering a checkpoint failed; retrying", self.job_id)
+            return True
+        del self.pending[path]
+        self.registered += 1
+        self._apply_retention()
+        return True
+
+    def _key(self, pending: _Pending) -> str:
+        return pending.path.relative_to(self.data_dir).as_posix()
+
+    def _check_unchanged(self, pending: _Pending) -> None:
+        if signature(pending.path) != pending.signature:
+            raise CheckpointRejected("it changed while it was stored (still being written)")
+
+    def _verify(self, pending: _Pending) -> None:
         path = pending.path
         if signature(path) != pending.signature:
-            raise CheckpointRejected("the file changed after it was reported (still being written)")
-        check_complete(path, pending.signature.size)
-        digest = sha256_file(path)
-        if signature(path) != pending.signature:
-            raise CheckpointRejected("the file changed while its checksum was computed")
-        return digest
+            raise CheckpointRejected("it changed after it was reported (still being written)")
+        size = pending.signature.size if isinstance(pending.signature, FileSignature) else 0
+        try:
+            check_complete(path, size)
+        except TreeRefused as exc:
+            raise CheckpointRejected(str(exc)) from None
 
-    def _register(self, pending: _Pending, digest: str) -> None:
+    def _register(self, pending: _Pending, stored: Stored) -> None:
         event = pending.event
         with session_scope(self.engine) as session:
             register_checkpoint(
                 session,
                 self.job_id,
                 self.attempt,
-                path=pending.path.relative_to(self.data_dir).as_posix(),
+                path=self._key(pending),
                 step=event.step,
                 epoch=event.epoch,
                 metrics=event.metrics,
-                size=pending.signature.size,
-                sha256=digest,
+                size=stored.size,
+                sha256=stored.sha256,
+                kind=stored.kind,
+                files=stored.files,
+                manifest=stored.manifest,
             )
 
     def _apply_retention(self) -> None:
@@ -256,14 +322,23 @@ class CheckpointRegistrar:
             log.warning("job %s: checkpoint retention failed", self.job_id, exc_info=True)
             return
         kept_paths = {c.path for c in rows if c.id in keep}
+        doomed = [c.path for c in dropped if c.path not in kept_paths]
+        if self.store.remote and doomed:
+            try:
+                self.store.delete(doomed)
+            except StoreError:
+                log.warning("job %s: could not delete %s from the store", self.job_id, doomed)
         base = self.checkpoint_dir.resolve()
-        for checkpoint in dropped:
-            file = self.data_dir / checkpoint.path
-            if checkpoint.path in kept_paths or not file.resolve().is_relative_to(base):
+        for path in doomed:
+            local = self.data_dir / path
+            if not local.resolve().is_relative_to(base):
                 continue
             try:
-                os.unlink(file)
+                if local.is_dir() and not local.is_symlink():
+                    shutil.rmtree(local)
+                else:
+                    os.unlink(local)
             except FileNotFoundError:
                 pass
             except OSError:
-                log.warning("job %s: could not delete %s", self.job_id, file, exc_info=True)
+                log.warning("job %s: could not delete %s", self.job_id, local, exc_info=True)

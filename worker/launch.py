@@ -58,8 +58,9 @@ SECRET_ENV = frozenset(
         "AWS_SESSION_TOKEN",
     }
 )
-# Nor the settings of the service's own Redis, RQ and PostgreSQL clients (passwords included).
-SECRET_ENV_PREFIXES = ("REDIS_", "RQ_", "PG", "POSTGRES_")
+# Nor the settings of the service's own Redis, RQ and PostgreSQL clients (passwords included),
+# nor its identity in the artifact store (AWS_*: keys, profiles, web-identity token files).
+SECRET_ENV_PREFIXES = ("REDIS_", "RQ_", "PG", "POSTGRES_", "AWS_")
 
 
 @dataclass(frozen=True)

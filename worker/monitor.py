@@ -29,6 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.spec import JobSpec
 from jobs.states import AttemptRef, ExitReason, JobState
+from service.artifacts import store_for
 from service.db import session_scope
 from service.settings import Settings
 from service.store import (
@@ -146,6 +147,8 @@ class AttemptMonitor:
             checkpoint_dir=paths.checkpoint_dir,
             policy=spec.checkpoint,
             settle_s=max(0.5, 2 * settings.worker_poll_s),
+            store=store_for(settings),
+            upload_retry_s=settings.checkpoint_upload_retry_s,
         )
         self.ingestor = Ingestor(
             engine,

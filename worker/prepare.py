@@ -21,10 +21,10 @@ from sqlalchemy.engine import Engine
 
 from jobs.spec import JobSpec
 from jobs.startup_env import startup_env_names
-from service.db import session_scope
-from service.store import list_checkpoints
+from service.artifacts import ArtifactStore, LocalStore
 from worker.devices import CudaInfo, worker_devices
 from worker.devices import detect_cuda as detect_cuda  # where attempt.py and main.py find it
+from worker.fetch import find_resume_checkpoint
 from worker.launch import (
     DEFAULT_COLLECTIVE_TIMEOUT_S,
     LaunchPlan,
@@ -154,21 +154,6 @@ def _make_read_only(root: Path) -> None:
                 path.chmod(0o555 if mode & 0o100 else 0o444)
 
 
-def find_resume_checkpoint(
-    engine: Engine, job_id: str, attempt: int, data_dir: Path
-) -> Path | None:
-    """The latest checkpoint registered by an earlier attempt whose file is still there."""
-    if attempt == 1:
-        return None  # no earlier attempt (and no query in the work horse's critical path)
-    with session_scope(engine) as session:
-        earlier = [c for c in list_checkpoints(session, job_id) if c.attempt < attempt]
-    for checkpoint in reversed(earlier):
-        path = data_dir / checkpoint.path
-        if path.is_file():
-            return path
-    return None
-
-
 def prepare_attempt(
     engine: Engine,
     *,
@@ -181,10 +166,12 @@ def prepare_attempt(
     collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S,
     rendezvous: Rendezvous | None = None,
     python: str | None = None,
+    store: ArtifactStore | None = None,
 ) -> LaunchPlan:
     """Check, make the directories, copy the code and build the launch plan (of one node,
     meeting the others at `rendezvous`, for a multi-node job), run by `python` (the job's own
-    environment's interpreter; by default the worker's)."""
+    environment's interpreter; by default the worker's). The checkpoint to resume from is
+    fetched from `store` (default: the data dir) when this worker does not hold it."""
     check_resources(spec, cuda)
     if startup_env_names(spec.env):  # a spec stored before the API refused these names
         names = ", ".join(startup_env_names(spec.env))
@@ -200,7 +187,9 @@ def prepare_attempt(
         job_id=job_id,
         attempt=attempt,
         paths=paths,
-        resume_from=find_resume_checkpoint(engine, job_id, attempt, paths.data_dir),
+        resume_from=find_resume_checkpoint(
+            engine, job_id, attempt, paths.data_dir, store or LocalStore(paths.data_dir)
+        ),
         cuda_available=cuda.available,
         port=free_port(),
         python=python or sys.executable,

@@ -9,6 +9,7 @@ the service and the worker only when run.
     admin.py    code upload, recipes, nodes, workers, token create|list|revoke
     ops.py      webhook add|list|rm|deliveries|redeliver, stacks, audit
     server.py   api, worker (and worker --check), reaper, db upgrade
+    server.py   api, worker (and worker --check), reaper, db upgrade, storage migrate
 
 Exit status: 0 ok; 1 the API refused (`error <code>: <message>`) or a followed job failed;
 2 a followed job was cancelled (also click's status for a bad command line); 3 the API

@@ -121,6 +121,8 @@ db_app = sub_app("The service's database.")
 app.add_typer(code_app, name="code")
 app.add_typer(token_app, name="token")
 app.add_typer(db_app, name="db")
+storage_app = sub_app("Where checkpoints and uploaded code are kept.")
+app.add_typer(storage_app, name="storage")
 
 
 @app.callback()

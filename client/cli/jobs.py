@@ -251,7 +251,9 @@ def download(
         Path | None, typer.Option("--output", "-o", help="File or directory to save to.")
     ] = None,
 ) -> None:
-    """Download a checkpoint, resuming an interrupted transfer and checking its sha256."""
+    """Download a checkpoint, resuming an interrupted transfer and checking its sha256; a
+    directory checkpoint is unpacked (into -o without its .tar/.pt suffix) and every file
+    checked against its manifest."""
     columns = (
         TextColumn("{task.description}", markup=False),
         BarColumn(),
@@ -268,4 +270,7 @@ def download(
             output,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
         )
-    out().print(f"saved {path} (sha256 verified)")
+    if path.is_dir():
+        out().print(f"unpacked {path}/ (sha256 of the tar and of every file verified)")
+    else:
+        out().print(f"saved {path} (sha256 verified)")

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from client.cli.base import EXIT_FAILED, app, db_app, err, out
+from client.cli.base import EXIT_FAILED, app, db_app, err, out, storage_app
 
 
 @app.command()
@@ -123,3 +123,41 @@ def db_upgrade() -> None:
     from service.settings import get_settings
 
     upgrade_database(get_settings().resolved_database_url)
+
+
+@storage_app.command("migrate")
+def storage_migrate(
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to",
+            help="s3://bucket/prefix to copy into (default: LAUNCHBAY_ARTIFACT_STORE); the "
+            "endpoint and credentials are LAUNCHBAY_S3_ENDPOINT_URL and AWS_*.",
+        ),
+    ] = None,
+) -> None:
+    """Copy the data dir's checkpoints and uploaded code into the object store; safe to stop
+    and run again (what is there already is skipped; every copy is checked by sha256)."""
+    from service.artifacts import open_store
+    from service.db import make_engine
+    from service.settings import get_settings
+    from service.storage_migrate import migrate_to_store
+
+    settings = get_settings()
+    target = to or settings.artifact_store
+    if not target.startswith("s3://"):
+        err().print("error: give --to s3://bucket/prefix (or set LAUNCHBAY_ARTIFACT_STORE)")
+        raise typer.Exit(EXIT_FAILED)
+    store = open_store(settings.model_copy(update={"artifact_store": target}))
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        report = migrate_to_store(engine, settings.data_dir, store)
+    finally:
+        engine.dispose()
+    out().print(f"storage migrate to {target}: {report.line()}")
+    for line in report.missing:
+        err().print(f"missing: {line}")
+    for line in report.failed:
+        err().print(f"failed: {line}")
+    if report.failed:
+        raise typer.Exit(EXIT_FAILED)

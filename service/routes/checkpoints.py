@@ -1,13 +1,16 @@
-"""The checkpoint registry of a job, and downloads with ETag and Range."""
+"""The checkpoint registry of a job, and downloads with ETag and Range, from the artifact
+store (service/checkpoint_source.py) or by a redirect to it."""
 
 import re
-from pathlib import Path
 from typing import Annotated
+from urllib.parse import quote
 
 from fastapi import APIRouter, Header
-from starlette.responses import FileResponse
+from starlette.responses import FileResponse, RedirectResponse, Response, StreamingResponse
 
 from service import store
+from service.artifacts import store_for
+from service.checkpoint_source import CheckpointSource, checkpoint_source
 from service.deps import OwnedJob, SessionDep, SettingsDep
 from service.errors import BadRequest, LaunchbayError, NotFound
 from service.models import Checkpoint, Job
@@ -38,24 +41,19 @@ def download_checkpoint(
     session: SessionDep,
     settings: SettingsDep,
     range_header: Annotated[str | None, Header(alias="range")] = None,
-) -> FileResponse:
+) -> Response:
+    """The checkpoint's bytes (a directory: its tar stream), or with presigned downloads on,
+    a 307 to the store's short-lived URL of the same bytes (the ETag is still the sha256)."""
     checkpoint = resolve_checkpoint(job, ref, store.list_checkpoints(session, job.id))
-    # Inside the job's own directory: its files are the job user's, who may link anywhere.
-    job_dir = (settings.checkpoints_dir / job.id).resolve()
-    path = (settings.data_dir.resolve() / checkpoint.path).resolve()
-    if not path.is_relative_to(job_dir) or not path.is_file():
-        raise NotFound(
-            f"the file of checkpoint {checkpoint.id} is gone",
-            detail={"checkpoint_id": checkpoint.id},
-        )
-    if range_header is not None:
-        check_range(range_header, path.stat().st_size)
-    return CheckpointFile(
-        path,
-        media_type="application/octet-stream",
-        filename=f"{job.name}-{Path(checkpoint.path).name}",
-        headers={"etag": f'"{checkpoint.sha256}"', "accept-ranges": "bytes"},
-    )
+    artifacts = store_for(settings)
+    etag = f'"{checkpoint.sha256}"'
+    if artifacts.remote and settings.s3_presigned_downloads:
+        if range_header is not None:  # refused here, with the error body, not by the store
+            check_range(range_header, checkpoint.size)
+        url = artifacts.presign_get(checkpoint.path, settings.s3_presign_ttl_s)
+        if url is not None:
+            return RedirectResponse(url, status_code=307, headers={"etag": etag})
+    return _serve(checkpoint_source(artifacts, settings, job.name, checkpoint), etag, range_header)
 
 
 @router.head("/{job_id}/checkpoints/{ref}/download", response_class=FileResponse)
@@ -65,10 +63,59 @@ def head_checkpoint(
     session: SessionDep,
     settings: SettingsDep,
     range_header: Annotated[str | None, Header(alias="range")] = None,
-) -> FileResponse:
-    """The download's headers (Content-Length, ETag, Accept-Ranges), without the body: the
-    file response sends headers only to a HEAD request."""
-    return download_checkpoint(job, ref, session, settings, range_header)
+) -> Response:
+    """The download's headers (Content-Length, ETag, Accept-Ranges), without the body."""
+    checkpoint = resolve_checkpoint(job, ref, store.list_checkpoints(session, job.id))
+    source = checkpoint_source(store_for(settings), settings, job.name, checkpoint)
+    if source.path is not None:  # the file response sends headers only to a HEAD request
+        return _serve(source, f'"{checkpoint.sha256}"', range_header)
+    headers = _headers(source, f'"{checkpoint.sha256}"')
+    headers["content-length"] = str(source.size)
+    return Response(status_code=200, headers=headers, media_type=source.media_type)
+
+
+def _headers(source: CheckpointSource, etag: str) -> dict[str, str]:
+    disposition = f"attachment; filename*=utf-8''{quote(source.filename)}"
+    return {"etag": etag, "accept-ranges": "bytes", "content-disposition": disposition}
+
+
+def _serve(source: CheckpointSource, etag: str, range_header: str | None) -> Response:
+    if range_header is not None:
+        check_range(range_header, source.size)
+    if source.path is not None:
+        return CheckpointFile(
+            source.path,
+            media_type=source.media_type,
+            filename=source.filename,
+            headers={"etag": etag, "accept-ranges": "bytes"},
+        )
+    assert source.read is not None
+    read = source.read
+    headers = _headers(source, etag)
+    span = single_range(range_header, source.size) if range_header is not None else None
+    if span is None:  # no Range, or several: the whole stream
+        headers["content-length"] = str(source.size)
+        return StreamingResponse(read(0, None), headers=headers, media_type=source.media_type)
+    start, end = span
+    headers["content-length"] = str(end - start)
+    headers["content-range"] = f"bytes {start}-{end - 1}/{source.size}"
+    return StreamingResponse(
+        read(start, end), status_code=206, headers=headers, media_type=source.media_type
+    )
+
+
+def single_range(header: str, size: int) -> tuple[int, int] | None:
+    """(start, end exclusive) of a one-range header already checked by `check_range`; None
+    for several ranges (answered with the whole stream)."""
+    parts = [part.strip() for part in header.split(",")]
+    if len(parts) != 1:
+        return None
+    match = SINGLE_RANGE.match(parts[0] if parts[0].startswith("bytes=") else f"bytes={parts[0]}")
+    assert match is not None
+    first, last = match.groups()
+    if not first:  # the last N bytes
+        return max(0, size - int(last)), size
+    return int(first), min(size, int(last) + 1) if last else size
 
 
 def resolve_checkpoint(job: Job, ref: str, checkpoints: list[Checkpoint]) -> Checkpoint:

@@ -10,6 +10,7 @@ from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
 from service import code_store, code_usage, policy
+from service.artifacts import store_for
 from service.deps import CurrentPrincipal, RedisDep, SessionDep, SettingsDep
 from service.settings import Settings
 from service.uploads import ReceivedFile, receive_file
@@ -75,6 +76,9 @@ async def upload_code(
         unpacked = await run_in_threadpool(code_store.store_upload, received, code_dir, limits)
     finally:
         received.path.unlink(missing_ok=True)
+    await run_in_threadpool(
+        code_store.keep_in_store, store_for(settings), code_dir, received.sha256
+    )
     created = await run_in_threadpool(
         code_store.record_upload, session, received, principal.name, unpacked
     )
@@ -116,5 +120,7 @@ def delete_code(
 ) -> Response:
     """204; 404 for code the caller did not upload; 409 while an unfinished job runs it."""
     code_usage.delete_upload(session, settings.code_dir, code_id, principal)
+    if not (settings.code_dir / code_id).exists():
+        code_store.drop_from_store(store_for(settings), code_id)
     log.info("code %s deleted by %s", code_id, principal.name)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
 from service import code_store, policy, quota, store
+from service.artifacts import ArtifactStore, StoreError, checkpoints_prefix, store_for
 from service.deps import (
     CurrentPrincipal,
     ExecutorDep,
@@ -190,6 +191,15 @@ def _withdraw(executor: ExecutorDep, job: Job) -> None:
         log.info("job %s cancelled; its queue entry could not be removed: %s", job.id, exc)
 
 
+def drop_job_checkpoints(artifacts: ArtifactStore, job_id: str) -> None:
+    """A remote store's copies of a job's checkpoints (the local store's went with the dir)."""
+    if artifacts.remote:
+        try:
+            artifacts.delete_prefix(checkpoints_prefix(job_id))
+        except StoreError:
+            log.warning("job %s: its checkpoints could not be deleted from the store", job_id)
+
+
 @router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT)
 def delete_job(job: OwnedJob, session: SessionDep, settings: SettingsDep) -> Response:
     if not JobState(job.state).is_terminal():
@@ -204,5 +214,6 @@ def delete_job(job: OwnedJob, session: SessionDep, settings: SettingsDep) -> Res
         settings.data_dir.resolve() / "artifacts",
     ):
         shutil.rmtree(folder / job.id, ignore_errors=True)
+    drop_job_checkpoints(store_for(settings), job.id)
     log.info("job %s deleted", job.id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

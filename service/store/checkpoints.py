@@ -8,6 +8,7 @@ or downloads checkpoints sees only the live ones (`list_checkpoints`).
 """
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import update
 from sqlmodel import Session, col, select
@@ -30,8 +31,12 @@ def register_checkpoint(
     metrics: dict[str, float],
     size: int,
     sha256: str,
+    kind: str = "file",
+    files: int = 1,
+    manifest: list[dict[str, Any]] | None = None,
 ) -> Checkpoint:
-    """Insert a verified checkpoint file (`path` relative to the data dir) and commit.
+    """Insert a verified checkpoint (`path` relative to the data dir: a file, or with `kind`
+    "dir" a directory, whose `size` and `sha256` are its canonical tar stream's) and commit.
 
     A file saved again under the same name retires the row of its earlier version.
     AttemptSuperseded, writing nothing, unless the job is active at `attempt`.
@@ -59,6 +64,9 @@ def register_checkpoint(
         size=size,
         sha256=sha256,
         path=path,
+        kind=kind,
+        files=files,
+        manifest=manifest,
         created_at=utcnow(),
     )
     session.add(checkpoint)

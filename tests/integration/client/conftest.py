@@ -84,6 +84,13 @@ def live_api(tmp_path: Path, redis_url: str) -> Iterator[LiveApi]:
     settings = Settings(
         data_dir=data_dir, database_url=database_url, redis_url=redis_url, admin_token=ADMIN_TOKEN
     )
+    with serve_api(settings) as url:
+        yield LiveApi(url=url, settings=settings)
+
+
+@contextmanager
+def serve_api(settings: Settings) -> Iterator[str]:
+    """The app for `settings` on a free port (uvicorn in a thread); yields its URL."""
     port = free_port()
     config = uvicorn.Config(
         create_app(settings),
@@ -98,7 +105,7 @@ def live_api(tmp_path: Path, redis_url: str) -> Iterator[LiveApi]:
     try:
         if not wait_until(lambda: server.started, timeout=30):
             raise RuntimeError("the API did not start")
-        yield LiveApi(url=f"http://127.0.0.1:{port}", settings=settings)
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(15)

@@ -47,7 +47,9 @@ def test_paths_must_stay_inside(tmp_path: Path) -> None:
 
     assert resolve_checkpoint(folder, "sub/a.pt") == (folder / "sub" / "a.pt").resolve()
     assert resolve_checkpoint(folder, "inner.pt") == (folder / "sub" / "a.pt").resolve()
-    for bad in ("../outside.pt", str(tmp_path / "outside.pt"), "link.pt", "missing.pt", "sub", "."):
+    # A directory is a checkpoint too (its files are checked when it settles).
+    assert resolve_checkpoint(folder, "sub") == (folder / "sub").resolve()
+    for bad in ("../outside.pt", str(tmp_path / "outside.pt"), "link.pt", "missing.pt", "."):
         with pytest.raises(CheckpointRejected):
             resolve_checkpoint(folder, bad)
 

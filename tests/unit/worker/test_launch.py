@@ -184,6 +184,8 @@ def test_environment_precedence() -> None:
         "LAUNCHBAY_TEST_SESSION": "marker",
         "LAUNCHBAY_DATABASE_URL": "postgresql://u:secret@db/x",
         "LAUNCHBAY_ADMIN_TOKEN": "secret",
+        "AWS_SECRET_ACCESS_KEY": "the store's",
+        "AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/secrets/token",
         "RANK": "5",
         "MASTER_PORT": "1",
         "TORCHELASTIC_RUN_ID": "old",
@@ -196,6 +198,7 @@ def test_environment_precedence() -> None:
     assert env["LAUNCHBAY_TEST_SESSION"] == "marker"
     for hidden in ("LAUNCHBAY_DATABASE_URL", "LAUNCHBAY_ADMIN_TOKEN", "RANK", "MASTER_PORT"):
         assert hidden not in env
+    assert not [name for name in env if name.startswith("AWS_")]  # the store's identity
     assert "TORCHELASTIC_RUN_ID" not in env
     assert plan(spec(env={"OMP_NUM_THREADS": "4"}), base_env=base).env["OMP_NUM_THREADS"] == "4"
 

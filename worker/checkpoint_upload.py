@@ -1,0 +1,160 @@
+"""Putting a verified checkpoint in the artifact store, beside training rather than in its way.
+
+`CheckpointUploader.submit` hands a checkpoint (a file, or a directory as its canonical tar
+stream, service/artifacts/tree.py) to one background thread, which streams it to the store
+while computing its sha256 and returns what the registry records (`Stored`). The monitor loop
+only looks at the finished futures, so a slow upload never holds the loop, nor the ranks.
+
+- With the local store the checkpoint is in place already: the thread only hashes it.
+- A failed upload (the store unreachable, or gone mid-upload) is retried with backoff until
+  `retry_for_s` has passed; an object store makes an object visible only once complete, so
+  nothing half-written is ever listed, served or registered.
+- The thread runs at a lower CPU priority (nice `UPLOAD_NICE`, Linux threads have their
+  own), so reading and hashing a large checkpoint yields the CPU to the ranks on a busy host.
+- After the upload the source is looked at again: a file (or tree) that changed meanwhile was
+  still being written, and is refused (`CheckpointRejected`).
+"""
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from service.artifacts import ArtifactStore, StoreError
+from service.artifacts.tree import TreeDigest, TreeFile, TreeRefused, open_regular, scan_tree
+
+log = logging.getLogger(__name__)
+CHUNK = 8 * 1024 * 1024
+UPLOAD_NICE = 10
+TAR_MEDIA_TYPE = "application/x-tar"
+
+
+class UploadRefused(Exception):
+    """The checkpoint cannot be stored as it is (the message says why); not retried."""
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What the registry records of a checkpoint that is whole in the store."""
+
+    size: int
+    sha256: str
+    kind: str = "file"
+    files: int = 1
+    manifest: list[dict[str, Any]] | None = None
+
+
+def read_chunks(path: Path, size: int, inode: int | None = None) -> Iterator[bytes]:
+    """The file's bytes, refused if it is no longer the regular file that was reported (the
+    worker may run as root: a link swapped in must not be followed)."""
+    try:
+        handle = open_regular(path, size, inode)
+    except TreeRefused as exc:
+        raise UploadRefused(str(exc)) from None
+    with handle:
+        left = size
+        while left > 0:
+            chunk = handle.read(min(CHUNK, left))
+            if not chunk:
+                raise UploadRefused(f"{path.name} got shorter while it was read")
+            left -= len(chunk)
+            yield chunk
+
+
+def store_file(
+    store: ArtifactStore, key: str, path: Path, size: int, inode: int | None = None
+) -> Stored:
+    if store.remote:
+        stored = store.put(key, read_chunks(path, size, inode))
+        return Stored(stored.size, stored.sha256)
+    digest = hashlib.sha256()
+    for chunk in read_chunks(path, size, inode):
+        digest.update(chunk)
+    return Stored(size, digest.hexdigest())
+
+
+def store_tree(store: ArtifactStore, key: str, root: Path, files: list[TreeFile]) -> Stored:
+    tree = TreeDigest(root, files)
+    try:
+        if store.remote:
+            store.put(key, tree.stream(), content_type=TAR_MEDIA_TYPE)
+        else:
+            for _ in tree.stream():
+                pass
+    except TreeRefused as exc:
+        raise UploadRefused(str(exc)) from None
+    manifest = [entry.as_dict() for entry in tree.manifest]
+    return Stored(tree.size, tree.sha256, kind="dir", files=len(files), manifest=manifest)
+
+
+def tree_files(root: Path) -> list[TreeFile]:
+    try:
+        return scan_tree(root)
+    except TreeRefused as exc:
+        raise UploadRefused(str(exc)) from None
+
+
+def _lower_priority() -> None:
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), UPLOAD_NICE)
+    except (OSError, AttributeError):
+        pass  # not Linux, or not allowed: the thread keeps the process's priority
+
+
+class CheckpointUploader:
+    """One background thread that stores checkpoints, one at a time, in submission order."""
+
+    def __init__(
+        self, store: ArtifactStore, *, retry_for_s: float = 300.0, first_backoff_s: float = 0.5
+    ) -> None:
+        self.store = store
+        self.retry_for_s = retry_for_s
+        self.first_backoff_s = first_backoff_s
+        self._pool = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="checkpoint-upload", initializer=_lower_priority
+        )
+        self._closing = False
+
+    def submit(
+        self,
+        key: str,
+        path: Path,
+        unchanged: Callable[[], None],
+        inode: int | None = None,
+    ) -> "Future[Stored]":
+        """Store the file or directory `path` under `key`; `unchanged()` (raising when the
+        source changed since it was reported) is called after each try. A file must still be
+        `inode` (the one reported), a directory's files the ones listed."""
+        return self._pool.submit(self._store, key, path, unchanged, inode)
+
+    def _store(
+        self, key: str, path: Path, unchanged: Callable[[], None], inode: int | None
+    ) -> Stored:
+        deadline = time.monotonic() + self.retry_for_s
+        backoff = self.first_backoff_s
+        while True:
+            try:
+                if path.is_dir():
+                    stored = store_tree(self.store, key, path, tree_files(path))
+                else:
+                    stored = store_file(self.store, key, path, path.stat().st_size, inode)
+                unchanged()
+                return stored
+            except StoreError as exc:
+                if self._closing or time.monotonic() + backoff > deadline:
+                    raise
+                log.warning("storing %s failed (%s); trying again in %.1f s", key, exc, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def close(self, wait: bool = True) -> None:
+        """Stop taking work; with `wait`, finish what was submitted (retries included)."""
+        if not wait:
+            self._closing = True
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
