@@ -31,6 +31,8 @@ import pwd
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,6 +111,7 @@ class JobUser:
     uid: int
     gid: int
     lock_fd: int
+    lease_dir: Path
     paths: RunPaths | None = None
 
     def env(self, paths: RunPaths) -> dict[str, str]:
@@ -124,62 +127,78 @@ class JobUser:
         """Give the lease back; the last holder kills what is left under the uid. The job's
         files become the worker's again: the next job under this uid must not own them."""
         killed: list[int] = []
-        try:
-            last = True
+        with _pool_lock(self.lease_dir):
             try:
-                fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                last = False  # another node of the job still runs under it
-            if last:
-                killed = kill_user_processes(self.uid)
-            if self.paths is not None:
-                take_back_directories(self.paths, checkpoints=last)
-        finally:
-            os.close(self.lock_fd)
+                last = True
+                try:
+                    fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    last = False  # another node of the job still runs under it
+                if last:
+                    killed = kill_user_processes(self.uid)
+                if self.paths is not None:
+                    take_back_directories(self.paths, checkpoints=last)
+            finally:
+                os.close(self.lock_fd)
         return killed
 
 
-def lease_job_user(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None:
-    """A job user no other job holds (one this job's other nodes here hold, if any); None when
-    the pool is exhausted."""
+@contextmanager
+def _pool_lock(lease_dir: Path) -> Iterator[None]:
+    """Workers of one host lease and release one at a time. Otherwise two nodes of one job
+    starting together could each miss the other's lease and take two users, or an attempt
+    ending could take its job's checkpoints back from the next attempt's user."""
     lease_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    # One worker at a time chooses: otherwise two nodes of one job starting together could
-    # each see the other's fresh lock before it names its job, and take two users.
-    pool_fd = os.open(lease_dir / "pool.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fd = os.open(lease_dir / "pool.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
-        fcntl.flock(pool_fd, fcntl.LOCK_EX)
-        return _lease_under_pool_lock(lease_dir, pool_size, job_id)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
     finally:
-        os.close(pool_fd)
+        os.close(fd)
 
 
-def _lease_under_pool_lock(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None:
+def lease_job_user(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None:
+    """The job user this job's other nodes here hold, if any, else one no job holds; None when
+    the pool is exhausted."""
+    with _pool_lock(lease_dir):
+        return _share_lease(lease_dir, pool_size, job_id) or _fresh_lease(
+            lease_dir, pool_size, job_id
+        )
+
+
+def _share_lease(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None:
     for index in range(pool_size):
-        lock = lease_dir / f"{index}.lock"
-        owner = lease_dir / f"{index}.job"
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fd = os.open(lease_dir / f"{index}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fresh = True
+            held = False  # nobody holds it
         except BlockingIOError:
-            fresh = False
-        if not fresh:
-            try:
-                same_job = owner.read_text() == job_id
-                if same_job:
-                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except (OSError, BlockingIOError):
-                same_job = False
-            if not same_job:
-                os.close(fd)
-                continue
+            held = True
+        try:
+            if held and (lease_dir / f"{index}.job").read_text() == job_id:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                name = f"{JOB_USER_PREFIX}{index}"
+                return JobUser(name, *ensure_job_user(name), fd, lease_dir)
+        except (OSError, BlockingIOError):
+            pass
+        os.close(fd)
+    return None
+
+
+def _fresh_lease(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None:
+    for index in range(pool_size):
+        fd = os.open(lease_dir / f"{index}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
         name = f"{JOB_USER_PREFIX}{index}"
         uid, gid = ensure_job_user(name)
-        if fresh:
-            kill_user_processes(uid)  # whatever a dead worker's job left under it
-            owner.write_text(job_id)
-            fcntl.flock(fd, fcntl.LOCK_SH)
-        return JobUser(name, uid, gid, fd)
+        kill_user_processes(uid)  # whatever a dead worker's job left under it
+        (lease_dir / f"{index}.job").write_text(job_id)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return JobUser(name, uid, gid, fd, lease_dir)
     return None
 
 

@@ -22,11 +22,14 @@ SPEED_ENV_PREFIXES = (
 # Launchbay's on purpose (see worker.launch): the rendezvous store is not shared with the
 # ranks (rank 0 hosts the process group's, idle once it is set up); PYTHONUNBUFFERED is moot
 # in a rank, which torchrun always starts with `python -u` (`unbuffered` is compared instead);
-# CUDA_DEVICE_ORDER=PCI_BUS_ID numbers GPUs as nvidia-smi does (no effect on speed).
+# CUDA_DEVICE_ORDER=PCI_BUS_ID numbers GPUs as nvidia-smi does (no effect on speed);
+# TORCH_EXTENSIONS_DIR is where an owner's compiled ops are kept (worker.build_cache), read
+# only by a program that compiles one.
 EXPECTED_DIFFERENCES = {
     "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
     "PYTHONUNBUFFERED",
     "CUDA_DEVICE_ORDER",
+    "TORCH_EXTENSIONS_DIR",
 }
 PER_RUN = ("TORCHELASTIC_",)
 SAME = ("num_threads", "num_interop_threads", "nice", "policy", "affinity")

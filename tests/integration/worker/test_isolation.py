@@ -96,3 +96,20 @@ def test_the_nodes_of_one_job_starting_together_share_its_job_user(wenv: WorkerE
         finally:
             second.release()
             first.release()
+
+
+def test_a_node_joins_its_jobs_user_even_when_a_lower_one_is_free(wenv: WorkerEnv) -> None:
+    """A retried multi-node attempt: the user of the node still here must be shared, not a
+    free one found first, or the two nodes cannot write the same checkpoints."""
+    lease_dir, pool = wenv.settings.job_user_lease_dir, wenv.settings.job_users
+    other = lease_job_user(lease_dir, pool, "job-x")
+    node = lease_job_user(lease_dir, pool, "job-j")
+    assert other is not None and node is not None
+    other.release()
+    peer = lease_job_user(lease_dir, pool, "job-j")
+    assert peer is not None
+    try:
+        assert peer.uid == node.uid
+    finally:
+        peer.release()
+        node.release()
