@@ -13,7 +13,6 @@ from service.deps import get_principal
 from service.errors import install_error_handlers
 from service.hardening import harden_service, make_non_dumpable
 from service.limits import BodySizeLimit
-from service.queue import RQExecutor
 from service.reaper import ReaperThread
 from service.routes import (
     artifacts,
@@ -23,13 +22,17 @@ from service.routes import (
     jobs,
     logs,
     metrics,
+    policies,
     prometheus,
+    queue,
     recipes,
     system,
     tokens,
     ui,
     workers,
 )
+from service.scheduling.dispatcher import DispatcherThread
+from service.scheduling.executor import make_executor
 from service.schemas import ERROR_RESPONSES
 from service.settings import Settings, get_settings
 
@@ -52,14 +55,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.redis = make_redis(settings.redis_url)
         reaper = ReaperThread(
             app.state.engine,
-            RQExecutor(app.state.redis, grace_s=settings.cancel_grace_s),
+            make_executor(settings, app.state.redis, app.state.engine),
             settings,
         )
         if settings.reaper_enabled:
             reaper.start()
+        dispatcher = DispatcherThread(app.state.engine, settings)
+        if settings.scheduler == "dispatcher":
+            dispatcher.start()
         try:
             yield
         finally:
+            if dispatcher.is_alive():
+                dispatcher.stop()
             if reaper.is_alive():
                 reaper.stop()
             app.state.redis.close()
@@ -82,6 +90,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         prometheus,
         tokens,
         workers,
+        queue,
+        policies,
     ):
         app.include_router(
             module.router, dependencies=[Depends(get_principal)], responses=ERROR_RESPONSES

@@ -3,7 +3,7 @@
 import socket
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -116,6 +116,24 @@ class Settings(BaseSettings):
     # Disk an owner's jobs may hold (run directories, logs, checkpoints), as measured when
     # each attempt ends; past it a user's next submission is refused. Unset: no quota.
     owner_disk_quota_bytes: int | None = Field(default=None, gt=0)
+
+    # Scheduling (docs/scheduling.md): `fifo`, each queue first in first out to whichever
+    # worker takes it; `dispatcher`, admitted by the API's dispatcher onto free devices, by
+    # priority, fair share and quotas (per-owner weights and quotas: /v1/policies).
+    scheduler: Literal["fifo", "dispatcher"] = "fifo"
+    # How long the dispatcher's lease lasts unless renewed, and its pass when nothing wakes it.
+    dispatch_lease_s: float = Field(default=10.0, gt=0)
+    dispatch_interval_s: float = Field(default=1.0, gt=0)
+    # The highest `priority` a user may give (an owner's policy may say otherwise).
+    max_user_priority: int = Field(default=0, ge=-1000, le=1000)
+    # Recent usage (device-seconds) halves every this long, for fair share.
+    fair_share_half_life_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    # The period of the device-hours quota, and of GET /v1/usage by default.
+    quota_period_s: float = Field(default=24 * 3600.0, gt=0)
+    # A job that cannot start for this long gets workers held for it (no starvation).
+    starvation_after_s: float = Field(default=600.0, gt=0)
+    # Whether a queued job may stop running jobs of lower priority to take their devices.
+    preemption: bool = False
 
     @field_validator("allowed_queues", "forbidden_env", "pip_find_links", mode="before")
     @classmethod

@@ -50,6 +50,8 @@ from service.queue import (
     read_worker_records,
     save_worker,
 )
+from service.scheduling.capacity import dispatch_queue_name, is_dispatch_queue
+from service.scheduling.executor import wake_dispatcher
 from service.schemas import WorkerJob, WorkerRecord
 from service.settings import Settings, get_settings
 from worker import tasks
@@ -152,6 +154,7 @@ class LaunchbayWorker(Worker):
             tasks.forget_claims()
             self.current = None
             self.save_record()
+            self.wake_dispatcher()
             self.after_horse()
 
     def fork_work_horse(self, job: RQJob, queue: Queue) -> None:
@@ -178,13 +181,22 @@ class LaunchbayWorker(Worker):
         gc.collect()
         tasks.spare_pools()
 
+    def wake_dispatcher(self) -> None:
+        """An attempt's task ended here: its devices may be free for the next job."""
+        try:
+            wake_dispatcher(self.connection)
+        except RedisError as exc:
+            log.warning("worker %s: cannot wake the dispatcher: %s", self.name, exc)
+
     def record(self) -> WorkerRecord:
         current = self.current
+        dispatch_queue = dispatch_queue_name(self.name)
         return WorkerRecord(
             name=self.name,
             host=self.host,
             pid=self.main_pid,
-            queues=self.queue_names(),
+            queues=[q for q in self.queue_names() if not is_dispatch_queue(q)],
+            dispatch_queue=dispatch_queue if dispatch_queue in self.queue_names() else None,
             devices=list(self.devices),
             gpu_uuids=list(self.gpu_uuids),
             state="busy" if current else "idle",
@@ -311,10 +323,12 @@ def run_worker(
     )
     check_gpus_seen(devices, cuda)
     interval = max(1, round(settings.heartbeat_interval_s))
+    name = name or default_worker_name()
     worker = LaunchbayWorker(
-        list(queues),
+        # Its own queue first: what the dispatcher admitted here (docs/scheduling.md).
+        [dispatch_queue_name(name), *queues],
         connection=Redis.from_url(settings.redis_url),
-        name=name or default_worker_name(),
+        name=name,
         # RQ's dequeue waits worker_ttl - 15 s, then heartbeats: every `interval`.
         worker_ttl=interval + 15,
         job_monitoring_interval=interval,

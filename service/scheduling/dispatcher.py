@@ -1,0 +1,215 @@
+"""The dispatcher: a thread in every API process; the one holding the lease (`lease`)
+dispatches, the others wait to take over. A pass runs when something wakes it (a
+submission, the end of any attempt: `executor.wake_dispatcher`), else every
+`dispatch_interval_s`:
+
+1. read the live workers (Redis) and the reservations, queue, usage and policies (database);
+2. plan (`planner.plan_dispatch`), outside any write transaction;
+3. in one transaction checked against the lease's fencing token (`admission.admit`): release
+   the reservations whose attempt is over, reserve the devices of every admitted job, ask
+   preempted jobs to stop, show each waiting job's position and reason;
+4. after the commit, hand each admitted node to its worker (`executor.hand_over`).
+
+A dispatcher that dies between 3 and 4 leaves admitted jobs without tasks: the reaper
+finds them (`DispatchExecutor.describe`) and hands them over again.
+"""
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from redis import Redis
+from redis.exceptions import RedisError
+from sqlalchemy import update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from jobs.states import JobState
+from service.executor import ExecutorUnavailable
+from service.models import Job, utcnow
+from service.scheduling import admission
+from service.scheduling.capacity import active_reservations, live_capacity
+from service.scheduling.executor import WAKE_KEY, hand_over
+from service.scheduling.lease import Lease, LeaseLost, new_holder_name, release_lease, take_lease
+from service.scheduling.planner import Plan, plan_dispatch
+from service.scheduling.policies import load_policies
+from service.scheduling.usage import usage_since
+from service.settings import Settings
+
+log = logging.getLogger("launchbay.dispatcher")
+PREEMPTED_MESSAGE = "preempted by job"
+_job = Job.__table__  # type: ignore[attr-defined]
+
+
+@dataclass
+class PassReport:
+    admitted: list[str] = field(default_factory=list)
+    waiting: int = 0
+    released: int = 0
+    preempted: list[str] = field(default_factory=list)
+    # Seconds the decision itself took (reading excluded): the planner.
+    decision_s: float = 0.0
+
+
+@dataclass
+class Dispatcher:
+    engine: Engine
+    redis: Redis
+    settings: Settings
+    holder: str = field(default_factory=new_holder_name)
+    lease: Lease | None = None
+    renewed_at: float = 0.0
+
+    def keep_lease(self) -> Lease | None:
+        """Hold (renew, or take over) the lease; None while another process holds it."""
+        now = time.monotonic()
+        if self.lease is not None and now - self.renewed_at < self.settings.dispatch_lease_s / 3:
+            return self.lease
+        with self.engine.begin() as connection:
+            lease = take_lease(connection, self.holder, self.settings.dispatch_lease_s)
+        if lease is not None and (self.lease is None or lease.token != self.lease.token):
+            log.info("dispatcher %s leads (fencing token %d)", self.holder, lease.token)
+        self.lease, self.renewed_at = lease, now
+        return lease
+
+    def run_pass(self, lease: Lease) -> PassReport:
+        """One pass (see the module docstring); `LeaseLost` when the lease went elsewhere."""
+        settings, report = self.settings, PassReport()
+        workers = live_capacity(self.redis)
+        now = utcnow()
+        with self.engine.connect() as connection:
+            reservations = active_reservations(connection)
+            reserved_jobs = admission.load_reserved_jobs(connection, reservations)
+            stale = admission.stale_reservations(
+                reservations, reserved_jobs, {w.name for w in workers}
+            )
+            stale_keys = {(r.job_id, r.attempt, r.node) for r in stale}
+            held = [r for r in reservations if (r.job_id, r.attempt, r.node) not in stale_keys]
+            waiting = admission.load_queue(connection, {(r.job_id, r.attempt) for r in held})
+            usage = usage_since(
+                connection, now, settings.fair_share_half_life_s, settings.quota_period_s
+            )
+            policies = load_policies(connection)
+        for r in stale:  # released in this pass: not held any more
+            owner = usage.get(r.owner)
+            if owner is not None:
+                owner.held_devices = max(0, owner.held_devices - len(r.devices))
+        started = time.perf_counter()
+        plan = plan_dispatch(
+            [w.job for w in waiting],
+            workers,
+            {r.worker for r in held},
+            usage,
+            policies.by_owner,
+            default_limits=policies.default,
+            now=now.timestamp(),
+            starvation_after_s=settings.starvation_after_s,
+            quota_period_s=settings.quota_period_s,
+            running=admission.running_jobs(held, reserved_jobs, PREEMPTED_MESSAGE),
+            preemption=settings.preemption,
+        )
+        report.decision_s = time.perf_counter() - started
+        with self.engine.begin() as connection:
+            admission.release(connection, stale, reserved_jobs, now)
+            admitted = admission.admit(
+                connection, lease, settings.dispatch_lease_s, plan.admitted, now
+            )
+            report.preempted = self._preempt(connection, plan)
+            admission.show_waiting(connection, {w.job.id: w for w in waiting}, plan.waiting)
+        report.released, report.waiting = len(stale), len(plan.waiting)
+        rows = {w.job.id: w for w in waiting}
+        placements = dict((job.id, places) for job, places in plan.admitted)
+        for job in admitted:
+            report.admitted.append(job.id)
+            self._hand_over(rows[job.id], placements[job.id], lease)
+        return report
+
+    def _preempt(self, connection: object, plan: Plan) -> list[str]:
+        """Ask each victim to stop through its `cancelling` state, with a message that tells
+        its worker to record the attempt as `preempted` and requeue it."""
+        stopped = []
+        for victim, for_job in plan.preempt:
+            moved = connection.execute(  # type: ignore[attr-defined]
+                update(_job)
+                .where(
+                    _job.c.id == victim.id,
+                    _job.c.attempt == victim.attempt,
+                    _job.c.state.in_([JobState.STARTING.value, JobState.RUNNING.value]),
+                )
+                .values(state=JobState.CANCELLING.value, message=f"{PREEMPTED_MESSAGE} {for_job}")
+            )
+            if moved.rowcount == 1:
+                log.info("job %s preempted for job %s", victim.id, for_job)
+                stopped.append(victim.id)
+        return stopped
+
+    def _hand_over(self, row: admission.WaitingRow, places: list, lease: Lease) -> None:
+        job = Job.model_construct(
+            id=row.job.id, attempt=row.job.attempt, spec=row.spec, queue=row.queue
+        )
+        reservations = [
+            admission.ActiveReservation(
+                row.job.id, row.job.attempt, p.node, row.job.owner, p.worker, p.devices
+            )
+            for p in places
+        ]
+        try:
+            hand_over(self.redis, job, reservations, grace_s=self.settings.cancel_grace_s)
+        except (RedisError, ExecutorUnavailable) as exc:
+            # Reserved, without a task: the reaper hands it over again.
+            log.warning("job %s admitted but not handed over yet: %s", job.id, exc)
+
+    def wait_for_wake(self, timeout_s: float) -> None:
+        self.redis.blpop([WAKE_KEY], timeout=timeout_s)
+
+    def give_up(self) -> None:
+        if self.lease is None:
+            return
+        try:
+            with self.engine.begin() as connection:
+                release_lease(connection, self.lease)
+        except SQLAlchemyError as exc:
+            log.warning("dispatcher lease not given up: %s", exc)
+        self.lease = None
+
+
+class DispatcherThread(threading.Thread):
+    """Runs a `Dispatcher` until stopped: passes while it leads, else tries to take over."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        super().__init__(name="launchbay-dispatcher", daemon=True)
+        timeout = settings.dispatch_interval_s + 5
+        redis = Redis.from_url(settings.redis_url, socket_timeout=timeout, socket_connect_timeout=2)
+        self.dispatcher = Dispatcher(engine, redis, settings)
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        dispatcher, settings = self.dispatcher, self.dispatcher.settings
+        while not self.stopping.is_set():
+            try:
+                lease = dispatcher.keep_lease()
+                if lease is None:
+                    self.stopping.wait(min(1.0, settings.dispatch_lease_s / 3))
+                    continue
+                report = dispatcher.run_pass(lease)
+                if report.admitted or report.preempted:
+                    log.info(
+                        "admitted %s; preempted %s; %d waiting",
+                        report.admitted,
+                        report.preempted,
+                        report.waiting,
+                    )
+                dispatcher.wait_for_wake(settings.dispatch_interval_s)
+            except LeaseLost as exc:
+                log.warning("%s", exc)
+                dispatcher.lease = None
+            except (SQLAlchemyError, RedisError) as exc:
+                log.warning("dispatch pass failed: %s", exc)
+                self.stopping.wait(1.0)
+        dispatcher.give_up()
+        dispatcher.redis.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=self.dispatcher.settings.dispatch_interval_s + 10)

@@ -1,0 +1,307 @@
+"""What to admit now, and why every other queued job waits: a pure function of the queue, the
+workers' capacity, what is reserved and the owners' usage and limits (docs/scheduling.md).
+
+Order: higher `priority` first; between owners at the same priority, the one holding the
+smaller weighted share of devices now, then the one with less recent usage (decayed
+device-seconds over its weight), then the older job. A job is admitted only when all its
+nodes fit at once, each on a free worker of its queue with at least `nproc_per_node`
+devices (the smallest such workers first, so large ones stay free for large jobs). A job
+over its owner's quota waits and blocks nobody else. A job that has waited longer than
+`starvation_after_s` gets workers held for it, which later jobs may not take (backfill uses
+the others).
+"""
+
+import heapq
+from collections import defaultdict, deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class WorkerCapacity:
+    """A live worker as the dispatcher sees it."""
+
+    name: str
+    queues: frozenset[str]
+    devices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    id: str
+    attempt: int
+    owner: str
+    queue: str
+    priority: int
+    nnodes: int
+    nproc_per_node: int
+    # Unix seconds since it has been waiting (its creation).
+    queued_at: float
+
+    @property
+    def devices(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job holding reservations: its workers, for preemption."""
+
+    id: str
+    attempt: int
+    owner: str
+    priority: int
+    workers: tuple[str, ...]
+    devices: int
+    # Already asked to stop for another job (preempted, not yet gone).
+    stopping: bool = False
+
+
+@dataclass(frozen=True)
+class OwnerLimits:
+    weight: float = 1.0
+    max_devices: int | None = None
+    max_device_hours: float | None = None
+
+
+@dataclass
+class OwnerUsage:
+    held_devices: int = 0
+    # Device-seconds, decayed with the half-life: the fair-share usage.
+    decayed_s: float = 0.0
+    # Device-seconds in the quota period.
+    period_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Placement:
+    node: int
+    worker: str
+    devices: tuple[str, ...]
+
+
+@dataclass
+class Plan:
+    admitted: list[tuple[QueuedJob, list[Placement]]] = field(default_factory=list)
+    # Every queued job not admitted, in the order the queue will run, with why it waits.
+    waiting: list[tuple[QueuedJob, str]] = field(default_factory=list)
+    # Running jobs to stop so that a job of higher priority fits: (victim, for job id).
+    preempt: list[tuple[RunningJob, str]] = field(default_factory=list)
+    # Workers kept free for a long-waiting job: {worker: job id}.
+    held_for: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Pass:
+    workers: Sequence[WorkerCapacity]
+    busy: set[str]
+    usage: dict[str, OwnerUsage]
+    limits: Mapping[str, OwnerLimits]
+    default_limits: OwnerLimits
+    now: float
+    starvation_after_s: float
+    quota_period_s: float
+    running: Sequence[RunningJob] = ()
+    preemption: bool = False
+    plan: Plan = field(default_factory=Plan)
+    # (queue, nproc, nnodes) that found no free workers this pass: the reason, reused.
+    no_room: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    blocked_above: int = 0
+    preempted: set[str] = field(default_factory=set)
+
+    def limits_of(self, owner: str) -> OwnerLimits:
+        return self.limits.get(owner, self.default_limits)
+
+
+def plan_dispatch(
+    jobs: Iterable[QueuedJob],
+    workers: Sequence[WorkerCapacity],
+    busy: Iterable[str],
+    usage: Mapping[str, OwnerUsage],
+    limits: Mapping[str, OwnerLimits],
+    *,
+    default_limits: OwnerLimits = OwnerLimits(),
+    now: float,
+    starvation_after_s: float,
+    quota_period_s: float,
+    running: Sequence[RunningJob] = (),
+    preemption: bool = False,
+) -> Plan:
+    """The admissions of one dispatch pass (see the module docstring)."""
+    state = _Pass(
+        workers=sorted(workers, key=lambda w: (len(w.devices), w.name)),
+        busy=set(busy),
+        usage={
+            owner: OwnerUsage(u.held_devices, u.decayed_s, u.period_s) for owner, u in usage.items()
+        },
+        limits=limits,
+        default_limits=default_limits,
+        now=now,
+        starvation_after_s=starvation_after_s,
+        quota_period_s=quota_period_s,
+        running=running,
+        preemption=preemption,
+    )
+    by_priority: dict[int, list[QueuedJob]] = defaultdict(list)
+    for job in jobs:
+        by_priority[job.priority].append(job)
+    for priority in sorted(by_priority, reverse=True):
+        blocked = _plan_level(state, by_priority[priority])
+        state.blocked_above += blocked
+    return state.plan
+
+
+def _share_key(state: _Pass, owner: str, head: QueuedJob) -> tuple[float, float, float, str]:
+    weight = max(state.limits_of(owner).weight, 1e-9)
+    usage = state.usage.setdefault(owner, OwnerUsage())
+    return (usage.held_devices / weight, usage.decayed_s / weight, head.queued_at, head.id)
+
+
+def _plan_level(state: _Pass, jobs: list[QueuedJob]) -> int:
+    """Admit what fits of one priority, owners taking turns by fair share; returns how many
+    of its jobs wait for devices."""
+    per_owner: dict[str, deque[QueuedJob]] = defaultdict(deque)
+    for job in sorted(jobs, key=lambda j: (j.queued_at, j.id)):
+        per_owner[job.owner].append(job)
+    heap = [(_share_key(state, owner, q[0]), owner) for owner, q in per_owner.items()]
+    heapq.heapify(heap)
+    blocked = 0
+    while heap:
+        _, owner = heapq.heappop(heap)
+        queue = per_owner[owner]
+        job = queue.popleft()
+        reason = _decide(state, job)
+        if reason is not None:
+            state.plan.waiting.append((job, reason))
+            if not reason.startswith("owner quota"):
+                blocked += 1
+        if queue:
+            heapq.heappush(heap, (_share_key(state, owner, queue[0]), owner))
+    return blocked
+
+
+def _decide(state: _Pass, job: QueuedJob) -> str | None:
+    """Admit `job` (None) or say why it waits."""
+    usage = state.usage.setdefault(job.owner, OwnerUsage())
+    limits = state.limits_of(job.owner)
+    if limits.max_devices is not None and usage.held_devices + job.devices > limits.max_devices:
+        return (
+            f"owner quota: {usage.held_devices} of {limits.max_devices} devices in use "
+            f"(this job needs {job.devices})"
+        )
+    if limits.max_device_hours is not None and usage.period_s >= limits.max_device_hours * 3600:
+        return (
+            f"owner quota: {usage.period_s / 3600:.2f} of {limits.max_device_hours:g} "
+            f"device-hours used in the last {state.quota_period_s / 3600:g} h"
+        )
+    key = (job.queue, job.nproc_per_node, job.nnodes)
+    reason = state.no_room.get(key)
+    if reason is None:
+        placements = _place(state, job)
+        if placements is not None:
+            state.plan.admitted.append((job, placements))
+            state.busy.update(p.worker for p in placements)
+            usage.held_devices += job.devices
+            return None
+        reason = _why_no_room(state, job)
+        state.no_room[key] = reason
+    _hold_if_starving(state, job)
+    if state.preemption:
+        _preempt_for(state, job)
+    if state.blocked_above and not reason.startswith("no worker"):
+        return f"behind {state.blocked_above} job(s) of higher priority; {reason}"
+    return reason
+
+
+def _fits(worker: WorkerCapacity, job: QueuedJob) -> bool:
+    return job.queue in worker.queues and len(worker.devices) >= job.nproc_per_node
+
+
+def _place(state: _Pass, job: QueuedJob) -> list[Placement] | None:
+    chosen: list[WorkerCapacity] = []
+    for worker in state.workers:
+        if worker.name in state.busy or _held_for_other(state, worker.name, job.id):
+            continue
+        if _fits(worker, job):
+            chosen.append(worker)
+            if len(chosen) == job.nnodes:
+                return [
+                    Placement(node, w.name, w.devices[: job.nproc_per_node])
+                    for node, w in enumerate(chosen)
+                ]
+    return None
+
+
+def _held_for_other(state: _Pass, worker: str, job_id: str) -> bool:
+    holder = state.plan.held_for.get(worker)
+    return holder is not None and holder != job_id
+
+
+def _why_no_room(state: _Pass, job: QueuedJob) -> str:
+    serving = [w for w in state.workers if job.queue in w.queues]
+    if not serving:
+        return f"no worker serves queue '{job.queue}'"
+    big = [w for w in serving if len(w.devices) >= job.nproc_per_node]
+    if len(big) < job.nnodes:
+        return (
+            f"no worker set fits: needs {job.nnodes} worker(s) with {job.nproc_per_node} "
+            f"device(s) on queue '{job.queue}', {len(big)} live"
+        )
+    free = [w for w in big if w.name not in state.busy]
+    held = [w for w in free if _held_for_other(state, w.name, job.id)]
+    text = (
+        f"waiting for {job.nnodes} node(s) with {job.nproc_per_node} free device(s) on queue "
+        f"'{job.queue}' ({len(free) - len(held)} free now)"
+    )
+    if held:
+        text += f"; {len(held)} held for job {state.plan.held_for[held[0].name]}, waiting longest"
+    return text
+
+
+def _hold_if_starving(state: _Pass, job: QueuedJob) -> None:
+    """Keep workers for a job that has waited too long: its free ones now, busy ones as they
+    free up, so smaller jobs cannot take them first forever."""
+    if state.now - job.queued_at < state.starvation_after_s:
+        return
+    if job.id in state.plan.held_for.values():
+        return
+    candidates = [w for w in state.workers if _fits(w, job) and w.name not in state.plan.held_for]
+    if len(candidates) < job.nnodes:
+        return
+    candidates.sort(key=lambda w: (w.name in state.busy, len(w.devices), w.name))
+    for worker in candidates[: job.nnodes]:
+        state.plan.held_for[worker.name] = job.id
+
+
+def _preempt_for(state: _Pass, job: QueuedJob) -> None:
+    """Choose running jobs of lower priority whose workers, with the free ones, fit `job`."""
+    free = [
+        w
+        for w in state.workers
+        if _fits(w, job) and w.name not in state.busy and not _held_for_other(state, w.name, job.id)
+    ]
+    need = job.nnodes - len(free)
+    if need <= 0:
+        return
+    fitting = {w.name for w in state.workers if _fits(w, job)}
+    victims: list[RunningJob] = []
+    gained = 0
+    for running in sorted(state.running, key=lambda r: (r.priority, -r.devices)):
+        if running.priority >= job.priority or running.id in state.preempted:
+            continue
+        usable = [w for w in running.workers if w in fitting]
+        if not usable:
+            continue
+        state.preempted.add(running.id)
+        if not running.stopping:
+            victims.append(running)
+        gained += len(usable)
+        if gained >= need:
+            break
+    if gained < need:
+        return
+    for victim in victims:
+        state.plan.preempt.append((victim, job.id))
+        # Its workers are this job's once free.
+        for worker in victim.workers:
+            state.plan.held_for.setdefault(worker, job.id)
