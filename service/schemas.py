@@ -224,6 +224,8 @@ class WorkerRecord(WorkerPublic):
     gpu_uuids: list[str] = []
     # Its own RQ queue, on which the dispatcher hands it jobs (docs/scheduling.md).
     dispatch_queue: str | None = None
+    # The pool of devices it shares with the other workers of its host in that pool.
+    pool: str | None = None
 
 
 class WorkersPublic(BaseModel):

@@ -24,6 +24,7 @@ from jobs.states import AttemptRef, ExitReason, JobState, NodeState
 from service.db import session_scope
 from service.executor import Executor, submit_retry
 from service.models import utcnow
+from service.scheduling.admission import reservations_of
 from service.store import (
     AttemptEnd,
     NodeSeat,
@@ -139,6 +140,8 @@ class TakenAttempt:
     worker_name: str
     spec: dict[str, Any]
     rendezvous: Rendezvous | None
+    # The devices the dispatcher reserved for this node (None: not dispatched).
+    reserved: tuple[str, ...] | None = None
 
 
 def run_attempt(
@@ -194,8 +197,9 @@ def take_attempt(
     if spec is None:
         log.info("%s: not to be run any more; skipped", ref)
         return None
+    reserved = reserved_for(services, ref)
     if seat is None or ref.node is None:
-        return TakenAttempt(ref, worker_name, spec, None)
+        return TakenAttempt(ref, worker_name, spec, None, reserved)
     rendezvous = Rendezvous(
         endpoint=seat.endpoint,
         is_host=seat.is_host,
@@ -203,7 +207,17 @@ def take_attempt(
         timeout_s=seat.rendezvous_timeout_s or settings.rendezvous_timeout_s,
         node=ref.node,
     )
-    return TakenAttempt(ref, worker_name, seat.spec, rendezvous)
+    return TakenAttempt(ref, worker_name, seat.spec, rendezvous, reserved)
+
+
+def reserved_for(services: AttemptServices, ref: AttemptRef) -> tuple[str, ...] | None:
+    """The devices the dispatcher reserved for this node of the attempt, if it did."""
+    if services.settings.scheduler != "dispatcher":
+        return None
+    with services.engine.connect() as connection:
+        found = reservations_of(connection, ref.job_id, ref.attempt)
+    node = ref.node or 0
+    return next((r.devices for r in found if r.node == node), None)
 
 
 def run_taken(
@@ -280,6 +294,7 @@ def _run(
             collective_timeout_s=settings.collective_timeout_s,
             rendezvous=taken.rendezvous,
             python=str(environment.python) if environment is not None else None,
+            reserved=taken.reserved,
         )
         job_user = isolate_attempt(
             paths, ref.job_id, pool_size=settings.job_users, lease_dir=settings.job_user_lease_dir

@@ -107,6 +107,8 @@ class LaunchbayWorker(Worker):
     devices: Sequence[str] = ("cpu:0",)
     # The UUIDs of its GPUs as CUDA reports them (none without CUDA), for the overlap check.
     gpu_uuids: Sequence[str] = ()
+    # The device pool it shares with the other workers of its host in it (docs/scheduling.md).
+    pool: str | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -197,6 +199,7 @@ class LaunchbayWorker(Worker):
             pid=self.main_pid,
             queues=[q for q in self.queue_names() if not is_dispatch_queue(q)],
             dispatch_queue=dispatch_queue if dispatch_queue in self.queue_names() else None,
+            pool=self.pool,
             devices=list(self.devices),
             gpu_uuids=list(self.gpu_uuids),
             state="busy" if current else "idle",
@@ -240,6 +243,13 @@ class LaunchbayWorker(Worker):
             except RedisError as exc:
                 log.warning("worker %s: cannot claim its devices yet: %s", self.name, exc)
                 time.sleep(RESTART_DELAY_S)
+        if self.pool is not None:
+            # The workers of one pool share its devices on purpose; the dispatcher divides them.
+            records = [
+                r
+                for r in records
+                if not (r.get("pool") == self.pool and r.get("host") == self.host)
+            ]
         conflicts = find_gpu_conflicts(devices, self.host, records, self.name, self.gpu_uuids)
         if conflicts:
             with suppress(RedisError):
@@ -297,6 +307,7 @@ def run_worker(
     logging_level: str = "INFO",
     gpus: Sequence[str] | None = None,
     cpu_slots: int | None = None,
+    pool: str | None = None,
 ) -> bool:
     """Run a worker on `queues` until shut down (or, with `burst`, until they are empty),
     owning the CUDA devices `gpus` or `cpu_slots` CPU slots (default: `worker.devices`).
@@ -336,6 +347,7 @@ def run_worker(
     worker.horse_stop_timeout_s = settings.cancel_grace_s + 20.0
     worker.heartbeat_interval_s = settings.heartbeat_interval_s
     worker.host = settings.worker_host
+    worker.pool = pool
     if devices.gpus and cuda.available:
         worker.gpu_uuids = cuda.uuids[: len(devices.gpus)]
     worker.claim_devices(devices)

@@ -167,7 +167,7 @@ def running_jobs(
                 held[0].owner,
                 job.priority,
                 tuple(r.worker for r in held),
-                sum(len(r.devices) for r in held),
+                tuple(len(r.devices) for r in held),
                 stopping,
             )
         )

@@ -24,17 +24,35 @@ def is_dispatch_queue(queue: str) -> bool:
     return queue.startswith(DISPATCH_QUEUE_PREFIX)
 
 
-def capacity_of(record: WorkerRecord) -> WorkerCapacity | None:
-    """A worker's capacity from its record; None for a worker that takes no dispatched work."""
-    if not record.dispatch_queue:
-        return None
-    return WorkerCapacity(record.name, frozenset(record.queues), tuple(record.devices))
+def pool_name(record: WorkerRecord) -> str:
+    """The pool a worker's devices belong to: its own, unless it shares a pool on its host."""
+    return f"{record.host}/{record.pool}" if record.pool else record.name
+
+
+def capacity_of(records: Sequence[WorkerRecord]) -> list[WorkerCapacity]:
+    """The pools of the workers that take dispatched work: a worker alone, or the workers of
+    one pool on one host, sharing the devices (those of the pool's first worker by name) and
+    serving the queues all of them serve."""
+    pools: dict[str, list[WorkerRecord]] = {}
+    for record in records:
+        if record.dispatch_queue:
+            pools.setdefault(pool_name(record), []).append(record)
+    capacity = []
+    for name, members in sorted(pools.items()):
+        members.sort(key=lambda r: r.name)
+        queues = frozenset.intersection(*(frozenset(m.queues) for m in members))
+        lanes = tuple(m.name for m in members)
+        capacity.append(WorkerCapacity(name, queues, tuple(members[0].devices), lanes))
+    return capacity
 
 
 def live_capacity(redis: Redis) -> list[WorkerCapacity]:
-    """Every worker whose heartbeat is current and that takes dispatched work."""
-    found = (capacity_of(record) for record in load_worker_records(redis))
-    return [c for c in found if c is not None]
+    """Every pool of workers whose heartbeat is current and that take dispatched work."""
+    return capacity_of(load_worker_records(redis))
+
+
+def live_lanes(capacity: Sequence[WorkerCapacity]) -> set[str]:
+    return {lane for pool in capacity for lane in pool.lane_names()}
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,10 @@ from jobs.states import JobState
 from service.executor import ExecutorUnavailable
 from service.models import Job, utcnow
 from service.scheduling import admission
-from service.scheduling.capacity import active_reservations, live_capacity
+from service.scheduling.capacity import active_reservations, live_capacity, live_lanes
 from service.scheduling.executor import WAKE_KEY, hand_over
 from service.scheduling.lease import Lease, LeaseLost, new_holder_name, release_lease, take_lease
-from service.scheduling.planner import Plan, plan_dispatch
+from service.scheduling.planner import InUse, Plan, plan_dispatch
 from service.scheduling.policies import load_policies
 from service.scheduling.usage import usage_since
 from service.settings import Settings
@@ -81,9 +81,7 @@ class Dispatcher:
         with self.engine.connect() as connection:
             reservations = active_reservations(connection)
             reserved_jobs = admission.load_reserved_jobs(connection, reservations)
-            stale = admission.stale_reservations(
-                reservations, reserved_jobs, {w.name for w in workers}
-            )
+            stale = admission.stale_reservations(reservations, reserved_jobs, live_lanes(workers))
             stale_keys = {(r.job_id, r.attempt, r.node) for r in stale}
             held = [r for r in reservations if (r.job_id, r.attempt, r.node) not in stale_keys]
             waiting = admission.load_queue(connection, {(r.job_id, r.attempt) for r in held})
@@ -99,7 +97,7 @@ class Dispatcher:
         plan = plan_dispatch(
             [w.job for w in waiting],
             workers,
-            {r.worker for r in held},
+            [InUse(r.worker, r.devices) for r in held],
             usage,
             policies.by_owner,
             default_limits=policies.default,

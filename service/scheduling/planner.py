@@ -19,11 +19,18 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class WorkerCapacity:
-    """A live worker as the dispatcher sees it."""
+    """A pool of devices as the dispatcher sees it: the devices of one worker, or those that
+    the workers of one pool (`launchbay worker --pool`) share, each worker (a lane) running
+    one job at a time on the devices reserved for it."""
 
     name: str
     queues: frozenset[str]
     devices: tuple[str, ...]
+    # The workers that run its jobs (a worker alone is its own one lane).
+    lanes: tuple[str, ...] = ()
+
+    def lane_names(self) -> tuple[str, ...]:
+        return self.lanes or (self.name,)
 
 
 @dataclass(frozen=True)
@@ -51,10 +58,18 @@ class RunningJob:
     attempt: int
     owner: str
     priority: int
+    # The worker (lane) of each node, and how many devices each holds.
     workers: tuple[str, ...]
-    devices: int
+    node_devices: tuple[int, ...]
     # Already asked to stop for another job (preempted, not yet gone).
     stopping: bool = False
+
+    @property
+    def devices(self) -> int:
+        return sum(self.node_devices)
+
+    def per_worker_devices(self) -> tuple[int, ...]:
+        return self.node_devices
 
 
 @dataclass(frozen=True)
@@ -91,10 +106,33 @@ class Plan:
     held_for: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class InUse:
+    """Devices reserved on a lane (worker) of a pool."""
+
+    worker: str
+    devices: tuple[str, ...]
+
+
+@dataclass
+class _Pool:
+    capacity: WorkerCapacity
+    free_devices: list[str]
+    free_lanes: list[str]
+
+    def fits(self, job: "QueuedJob") -> bool:
+        """Could ever run one node of `job`."""
+        return (
+            job.queue in self.capacity.queues and len(self.capacity.devices) >= job.nproc_per_node
+        )
+
+    def free_for(self, job: "QueuedJob") -> bool:
+        return bool(self.free_lanes) and len(self.free_devices) >= job.nproc_per_node
+
+
 @dataclass
 class _Pass:
-    workers: Sequence[WorkerCapacity]
-    busy: set[str]
+    pools: list[_Pool]
     usage: dict[str, OwnerUsage]
     limits: Mapping[str, OwnerLimits]
     default_limits: OwnerLimits
@@ -104,19 +142,41 @@ class _Pass:
     running: Sequence[RunningJob] = ()
     preemption: bool = False
     plan: Plan = field(default_factory=Plan)
-    # (queue, nproc, nnodes) that found no free workers this pass: the reason, reused.
+    # (queue, nproc, nnodes) that found no room this pass: the reason, reused.
     no_room: dict[tuple[str, int, int], str] = field(default_factory=dict)
     blocked_above: int = 0
     preempted: set[str] = field(default_factory=set)
+    pool_of_lane: dict[str, str] = field(default_factory=dict)
 
     def limits_of(self, owner: str) -> OwnerLimits:
         return self.limits.get(owner, self.default_limits)
 
 
+def make_pools(workers: Sequence[WorkerCapacity], in_use: Iterable[InUse]) -> list[_Pool]:
+    """Each pool's free devices and lanes, smallest pools first (best fit)."""
+    used: dict[str, set[str]] = defaultdict(set)
+    busy: set[str] = set()
+    for reserved in in_use:
+        busy.add(reserved.worker)
+        used[reserved.worker].update(reserved.devices)
+    pools = []
+    for worker in sorted(workers, key=lambda w: (len(w.devices), w.name)):
+        lanes = worker.lane_names()
+        taken = set().union(*(used.get(lane, set()) for lane in lanes))
+        pools.append(
+            _Pool(
+                worker,
+                [d for d in worker.devices if d not in taken],
+                [lane for lane in lanes if lane not in busy],
+            )
+        )
+    return pools
+
+
 def plan_dispatch(
     jobs: Iterable[QueuedJob],
     workers: Sequence[WorkerCapacity],
-    busy: Iterable[str],
+    in_use: Iterable[InUse],
     usage: Mapping[str, OwnerUsage],
     limits: Mapping[str, OwnerLimits],
     *,
@@ -129,11 +189,8 @@ def plan_dispatch(
 ) -> Plan:
     """The admissions of one dispatch pass (see the module docstring)."""
     state = _Pass(
-        workers=sorted(workers, key=lambda w: (len(w.devices), w.name)),
-        busy=set(busy),
-        usage={
-            owner: OwnerUsage(u.held_devices, u.decayed_s, u.period_s) for owner, u in usage.items()
-        },
+        pools=make_pools(workers, in_use),
+        usage={o: OwnerUsage(u.held_devices, u.decayed_s, u.period_s) for o, u in usage.items()},
         limits=limits,
         default_limits=default_limits,
         now=now,
@@ -142,12 +199,14 @@ def plan_dispatch(
         running=running,
         preemption=preemption,
     )
+    state.pool_of_lane = {
+        lane: pool.capacity.name for pool in state.pools for lane in pool.capacity.lane_names()
+    }
     by_priority: dict[int, list[QueuedJob]] = defaultdict(list)
     for job in jobs:
         by_priority[job.priority].append(job)
     for priority in sorted(by_priority, reverse=True):
-        blocked = _plan_level(state, by_priority[priority])
-        state.blocked_above += blocked
+        state.blocked_above += _plan_level(state, by_priority[priority])
     return state.plan
 
 
@@ -200,7 +259,6 @@ def _decide(state: _Pass, job: QueuedJob) -> str | None:
         placements = _place(state, job)
         if placements is not None:
             state.plan.admitted.append((job, placements))
-            state.busy.update(p.worker for p in placements)
             usage.held_devices += job.devices
             return None
         reason = _why_no_room(state, job)
@@ -213,95 +271,103 @@ def _decide(state: _Pass, job: QueuedJob) -> str | None:
     return reason
 
 
-def _fits(worker: WorkerCapacity, job: QueuedJob) -> bool:
-    return job.queue in worker.queues and len(worker.devices) >= job.nproc_per_node
-
-
-def _place(state: _Pass, job: QueuedJob) -> list[Placement] | None:
-    chosen: list[WorkerCapacity] = []
-    for worker in state.workers:
-        if worker.name in state.busy or _held_for_other(state, worker.name, job.id):
-            continue
-        if _fits(worker, job):
-            chosen.append(worker)
-            if len(chosen) == job.nnodes:
-                return [
-                    Placement(node, w.name, w.devices[: job.nproc_per_node])
-                    for node, w in enumerate(chosen)
-                ]
-    return None
-
-
-def _held_for_other(state: _Pass, worker: str, job_id: str) -> bool:
-    holder = state.plan.held_for.get(worker)
+def _held_for_other(state: _Pass, pool: str, job_id: str) -> bool:
+    holder = state.plan.held_for.get(pool)
     return holder is not None and holder != job_id
 
 
+def _place(state: _Pass, job: QueuedJob) -> list[Placement] | None:
+    """One node per pool, on the pools with the fewest free devices that fit (packing)."""
+    chosen: list[_Pool] = []
+    candidates = [
+        p
+        for p in state.pools
+        if p.fits(job) and p.free_for(job) and not _held_for_other(state, p.capacity.name, job.id)
+    ]
+    candidates.sort(key=lambda p: len(p.free_devices))
+    chosen = candidates[: job.nnodes]
+    if len(chosen) < job.nnodes:
+        return None
+    placements = []
+    for node, pool in enumerate(chosen):
+        devices = tuple(pool.free_devices[: job.nproc_per_node])
+        del pool.free_devices[: job.nproc_per_node]
+        placements.append(Placement(node, pool.free_lanes.pop(0), devices))
+    return placements
+
+
 def _why_no_room(state: _Pass, job: QueuedJob) -> str:
-    serving = [w for w in state.workers if job.queue in w.queues]
+    serving = [p for p in state.pools if job.queue in p.capacity.queues]
     if not serving:
         return f"no worker serves queue '{job.queue}'"
-    big = [w for w in serving if len(w.devices) >= job.nproc_per_node]
+    big = [p for p in serving if p.fits(job)]
     if len(big) < job.nnodes:
         return (
             f"no worker set fits: needs {job.nnodes} worker(s) with {job.nproc_per_node} "
             f"device(s) on queue '{job.queue}', {len(big)} live"
         )
-    free = [w for w in big if w.name not in state.busy]
-    held = [w for w in free if _held_for_other(state, w.name, job.id)]
+    free = [p for p in big if p.free_for(job)]
+    held = [p for p in free if _held_for_other(state, p.capacity.name, job.id)]
     text = (
         f"waiting for {job.nnodes} node(s) with {job.nproc_per_node} free device(s) on queue "
         f"'{job.queue}' ({len(free) - len(held)} free now)"
     )
     if held:
-        text += f"; {len(held)} held for job {state.plan.held_for[held[0].name]}, waiting longest"
+        holder = state.plan.held_for[held[0].capacity.name]
+        text += f"; {len(held)} held for job {holder}, waiting longest"
     return text
 
 
 def _hold_if_starving(state: _Pass, job: QueuedJob) -> None:
-    """Keep workers for a job that has waited too long: its free ones now, busy ones as they
-    free up, so smaller jobs cannot take them first forever."""
+    """Keep pools for a job that has waited too long: free ones now, busy ones as they free
+    up, so that smaller jobs cannot take them first forever."""
     if state.now - job.queued_at < state.starvation_after_s:
         return
     if job.id in state.plan.held_for.values():
         return
-    candidates = [w for w in state.workers if _fits(w, job) and w.name not in state.plan.held_for]
+    candidates = [
+        p for p in state.pools if p.fits(job) and p.capacity.name not in state.plan.held_for
+    ]
     if len(candidates) < job.nnodes:
         return
-    candidates.sort(key=lambda w: (w.name in state.busy, len(w.devices), w.name))
-    for worker in candidates[: job.nnodes]:
-        state.plan.held_for[worker.name] = job.id
+    candidates.sort(key=lambda p: (-len(p.free_devices), len(p.capacity.devices), p.capacity.name))
+    for pool in candidates[: job.nnodes]:
+        state.plan.held_for[pool.capacity.name] = job.id
 
 
 def _preempt_for(state: _Pass, job: QueuedJob) -> None:
-    """Choose running jobs of lower priority whose workers, with the free ones, fit `job`."""
-    free = [
-        w
-        for w in state.workers
-        if _fits(w, job) and w.name not in state.busy and not _held_for_other(state, w.name, job.id)
-    ]
-    need = job.nnodes - len(free)
-    if need <= 0:
+    """Choose running jobs of lower priority whose devices, with the free ones, fit `job`."""
+    room = {
+        p.capacity.name: [len(p.free_devices), len(p.free_lanes)]
+        for p in state.pools
+        if p.fits(job) and not _held_for_other(state, p.capacity.name, job.id)
+    }
+
+    def usable() -> int:
+        return sum(1 for devices, lanes in room.values() if devices >= job.nproc_per_node and lanes)
+
+    if usable() >= job.nnodes:
         return
-    fitting = {w.name for w in state.workers if _fits(w, job)}
     victims: list[RunningJob] = []
-    gained = 0
     for running in sorted(state.running, key=lambda r: (r.priority, -r.devices)):
         if running.priority >= job.priority or running.id in state.preempted:
             continue
-        usable = [w for w in running.workers if w in fitting]
-        if not usable:
+        pools = [state.pool_of_lane.get(w) for w in running.workers]
+        if not any(p in room for p in pools):
             continue
         state.preempted.add(running.id)
         if not running.stopping:
             victims.append(running)
-        gained += len(usable)
-        if gained >= need:
+        for pool, devices in zip(pools, running.per_worker_devices(), strict=True):
+            if pool in room:
+                room[pool][0] += devices
+                room[pool][1] += 1
+        if usable() >= job.nnodes:
             break
-    if gained < need:
+    if usable() < job.nnodes:
         return
     for victim in victims:
         state.plan.preempt.append((victim, job.id))
-        # Its workers are this job's once free.
-        for worker in victim.workers:
-            state.plan.held_for.setdefault(worker, job.id)
+    for pool, (devices, lanes) in room.items():
+        if devices >= job.nproc_per_node and lanes:
+            state.plan.held_for.setdefault(pool, job.id)

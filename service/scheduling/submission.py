@@ -43,7 +43,7 @@ def check_schedulable(
             detail={"devices": devices, "max_devices": quota},
         )
     try:
-        workers = [w for w in live_capacity(redis) if spec.queue in w.queues]
+        workers = [w for w in live_capacity(redis) if spec.queue in w.queues]  # pools
     except RedisError as exc:
         log.warning("workers unknown at submission (Redis: %s); the job is queued", exc)
         return

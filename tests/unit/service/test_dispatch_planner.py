@@ -1,6 +1,7 @@
 """The dispatcher's decisions (`service.scheduling.planner`), without I/O."""
 
 from service.scheduling.planner import (
+    InUse,
     OwnerLimits,
     OwnerUsage,
     QueuedJob,
@@ -10,8 +11,11 @@ from service.scheduling.planner import (
 )
 
 
-def worker(name: str, devices: int = 1, queues: tuple[str, ...] = ("default",)) -> WorkerCapacity:
-    return WorkerCapacity(name, frozenset(queues), tuple(f"cpu:{i}" for i in range(devices)))
+def worker(
+    name: str, devices: int = 1, queues: tuple[str, ...] = ("default",), lanes: int = 1
+) -> WorkerCapacity:
+    names = tuple(f"{name}-{k}" for k in range(lanes)) if lanes > 1 else ()
+    return WorkerCapacity(name, frozenset(queues), tuple(f"cpu:{i}" for i in range(devices)), names)
 
 
 def job(
@@ -28,10 +32,12 @@ def job(
 
 
 def plan(jobs, workers, busy=(), usage=None, limits=None, **kw):  # type: ignore[no-untyped-def]
+    """`busy`: workers whose one lane runs a job on all their devices."""
+    in_use = kw.pop("in_use", [InUse(w.name, w.devices) for w in workers if w.name in busy])
     return plan_dispatch(
         jobs,
         workers,
-        busy,
+        in_use,
         usage or {},
         limits or {},
         now=kw.pop("now", 1000.0),
@@ -125,17 +131,18 @@ def test_a_long_waiting_big_job_gets_workers_held() -> None:
     assert admitted_ids(p) == []
     assert "held for job big" in dict((j.id, r) for j, r in p.waiting)["small"]
     # Backfill still uses workers the big job cannot use.
-    p = plan(
-        [big, small],
-        [*workers, worker("other", queues=("default",))],
-        busy={"w1", "w2", "w3"},
-        now=1000,
-    )
-    assert p.held_for.keys() <= {"w1", "w2", "w3", "other"}
+    elsewhere = job("elsewhere", at=900, queue="other")
+    workers = [*workers, worker("other", queues=("other",))]
+    p = plan([big, small, elsewhere], workers, busy={"w1", "w2"}, now=1000)
+    assert admitted_ids(p) == ["elsewhere"]
+    assert set(p.held_for) == {"w2", "w3"} or set(p.held_for) == {"w1", "w3"}
 
 
 def test_preemption_picks_lower_priority_victims() -> None:
-    running = [RunningJob("low", 1, "a", 0, ("w1",), 1), RunningJob("same", 1, "a", 5, ("w2",), 1)]
+    running = [
+        RunningJob("low", 1, "a", 0, ("w1",), (1,)),
+        RunningJob("same", 1, "a", 5, ("w2",), (1,)),
+    ]
     p = plan(
         [job("urgent", priority=5)],
         [worker("w1"), worker("w2")],
@@ -145,10 +152,29 @@ def test_preemption_picks_lower_priority_victims() -> None:
     )
     assert [(v.id, for_job) for v, for_job in p.preempt] == [("low", "urgent")]
     # Already stopping: not asked twice.
-    stopping = [RunningJob("low", 1, "a", 0, ("w1",), 1, stopping=True)]
+    stopping = [RunningJob("low", 1, "a", 0, ("w1",), (1,), stopping=True)]
     p = plan(
         [job("urgent", priority=5)], [worker("w1")], busy={"w1"}, running=stopping, preemption=True
     )
     assert p.preempt == []
     p = plan([job("urgent", priority=5)], [worker("w1")], busy={"w1"}, running=running)
     assert p.preempt == []
+
+
+def test_a_pool_packs_jobs_of_different_sizes_on_its_own_devices() -> None:
+    pool = worker("host/p", devices=4, lanes=3)
+    jobs = [job("two", nproc=2, at=0), job("one-a", at=1), job("one-b", at=2), job("one-c", at=3)]
+    p = plan(jobs, [pool], in_use=[])
+    placed = {j.id: ps[0] for j, ps in p.admitted}
+    assert sorted(placed) == ["one-a", "one-b", "two"]
+    devices = [d for pl in placed.values() for d in pl.devices]
+    assert sorted(devices) == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+    assert len({pl.worker for pl in placed.values()}) == 3
+    # No lane left for the fourth, although a device would be.
+    assert p.waiting[0][0].id == "one-c"
+    # A 2-device job waits while only one device is free, though a lane is.
+    in_use = [InUse("host/p-0", ("cpu:0", "cpu:1")), InUse("host/p-1", ("cpu:2",))]
+    p = plan([job("two", nproc=2)], [pool], in_use=in_use)
+    assert p.admitted == []
+    p = plan([job("one", nproc=1)], [pool], in_use=in_use)
+    assert [pl.devices for _, pls in p.admitted for pl in pls] == [("cpu:3",)]
