@@ -92,6 +92,10 @@ class Job(JobBase, table=True):
     request_hash: str | None = Field(default=None, max_length=64)
     # Bytes of its run directories and checkpoints, measured when an attempt ends.
     disk_bytes: int | None = Field(default=None, sa_type=BigInteger)
+    # Attempts stopped for a job of higher priority: they use none of `max_retries`.
+    preemptions: int = Field(
+        default=0, sa_column=Column(Integer, nullable=False, server_default="0")
+    )
 
     def job_spec(self) -> JobSpec:
         """The spec, typed: the one way to read it (the column holds it as accepted, defaults

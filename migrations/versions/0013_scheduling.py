@@ -24,6 +24,7 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("pending_reason", sqlmodel.AutoString(length=512), nullable=True)
         )
+        batch.add_column(sa.Column("preemptions", sa.Integer(), nullable=False, server_default="0"))
     lease = op.create_table(
         "dispatcher_lease",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -70,5 +71,6 @@ def downgrade() -> None:
     op.drop_table("job_reservation")
     op.drop_table("dispatcher_lease")
     with op.batch_alter_table("job") as batch:
+        batch.drop_column("preemptions")
         batch.drop_column("pending_reason")
         batch.drop_column("queue_position")

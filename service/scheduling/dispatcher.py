@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 from redis.exceptions import RedisError
-from sqlalchemy import update
+from sqlalchemy import Connection
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import Session
 
 from jobs.states import JobState
 from service.executor import ExecutorUnavailable
@@ -34,12 +35,12 @@ from service.scheduling.executor import WAKE_KEY, hand_over
 from service.scheduling.lease import Lease, LeaseLost, new_holder_name, release_lease, take_lease
 from service.scheduling.planner import InUse, Plan, plan_dispatch
 from service.scheduling.policies import load_policies
+from service.scheduling.preemption import PREEMPTED_MESSAGE, preemption_message
 from service.scheduling.usage import usage_since
 from service.settings import Settings
+from service.store.lifecycle import transition
 
 log = logging.getLogger("launchbay.dispatcher")
-PREEMPTED_MESSAGE = "preempted by job"
-_job = Job.__table__  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -123,23 +124,22 @@ class Dispatcher:
             self._hand_over(rows[job.id], placements[job.id], lease)
         return report
 
-    def _preempt(self, connection: object, plan: Plan) -> list[str]:
-        """Ask each victim to stop through its `cancelling` state, with a message that tells
-        its worker to record the attempt as `preempted` and requeue it."""
+    def _preempt(self, connection: Connection, plan: Plan) -> list[str]:
+        """Ask each victim to stop through its `cancelling` state (with its state event), and
+        a message that tells its worker to record the attempt as `preempted`."""
         stopped = []
+        session = Session(bind=connection)
         for victim, for_job in plan.preempt:
-            moved = connection.execute(  # type: ignore[attr-defined]
-                update(_job)
-                .where(
-                    _job.c.id == victim.id,
-                    _job.c.attempt == victim.attempt,
-                    _job.c.state.in_([JobState.STARTING.value, JobState.RUNNING.value]),
-                )
-                .values(state=JobState.CANCELLING.value, message=f"{PREEMPTED_MESSAGE} {for_job}")
-            )
-            if moved.rowcount == 1:
+            if transition(
+                session,
+                victim.id,
+                JobState.CANCELLING,
+                attempt=victim.attempt,
+                message=preemption_message(for_job),
+            ):
                 log.info("job %s preempted for job %s", victim.id, for_job)
                 stopped.append(victim.id)
+        session.flush()
         return stopped
 
     def _hand_over(self, row: admission.WaitingRow, places: list, lease: Lease) -> None:
