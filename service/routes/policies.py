@@ -5,6 +5,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
 from pydantic import BaseModel, ConfigDict, Field
+from sqlmodel import col, select
 
 from service import auth
 from service.deps import AdminPrincipal, SessionDep
@@ -47,7 +48,7 @@ OwnerPath = Annotated[str, Path(pattern=OWNER_PATTERN, max_length=128)]
 
 @router.get("", response_model=PoliciesPublic)
 def list_policies(session: SessionDep, _: AdminPrincipal) -> PoliciesPublic:
-    rows = session.query(OwnerPolicy).order_by(OwnerPolicy.owner).all()
+    rows = session.exec(select(OwnerPolicy).order_by(col(OwnerPolicy.owner))).all()
     return PoliciesPublic(items=[_public(r) for r in rows])
 
 

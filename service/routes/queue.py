@@ -12,6 +12,7 @@ from jobs.states import JobState
 from service.deps import CurrentPrincipal, SessionDep, SettingsDep
 from service.errors import BadRequest, Forbidden
 from service.models import Job, utcnow
+from service.scheduling.capacity import active_reservations
 from service.scheduling.lease import current_lease
 from service.scheduling.usage import usage_per_owner
 
@@ -56,6 +57,7 @@ def read_queue(
     rows = session.connection().execute(
         select(
             _job.c.id,
+            _job.c.attempt,
             _job.c.name,
             _job.c.owner,
             _job.c.queue,
@@ -65,8 +67,12 @@ def read_queue(
             _job.c.pending_reason,
         ).where(_job.c.state == JobState.QUEUED.value)
     )
+    # Admitted, not yet taken by its worker: no longer waiting.
+    admitted = {(r.job_id, r.attempt) for r in active_reservations(session.connection())}
     entries = []
     for r in rows:
+        if (r.id, r.attempt) in admitted:
+            continue
         mine = principal.is_admin or r.owner == principal.name
         spec = r.spec or {}
         entries.append(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, bindparam, exists, insert, select, update
 
 from jobs.states import JobState
 from service.models import Job, JobReservation
@@ -186,7 +186,6 @@ def admit(
     A job that left the queue since it was read is skipped. Returns the jobs reserved."""
     fence(connection, lease, lease_ttl_s)
     reserved = []
-    rows = []
     for job, placements in admitted:
         taken = connection.execute(
             update(_job)
@@ -194,13 +193,16 @@ def admit(
                 _job.c.id == job.id,
                 _job.c.attempt == job.attempt,
                 _job.c.state == JobState.QUEUED.value,
+                ~exists().where(
+                    _reservation.c.job_id == job.id, _reservation.c.attempt == job.attempt
+                ),
             )
             .values(queue_position=None, pending_reason=None)
         )
         if taken.rowcount != 1:
             continue
         reserved.append(job)
-        rows += [
+        rows = [
             {
                 "job_id": job.id,
                 "attempt": job.attempt,
@@ -214,7 +216,6 @@ def admit(
             }
             for p in placements
         ]
-    if rows:
         connection.execute(insert(_reservation), rows)
     return reserved
 
