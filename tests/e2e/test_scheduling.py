@@ -275,8 +275,8 @@ def test_the_two_node_jobs_ran_whole_and_once(
         assert sum("of 2" in line for line in lines_of(api, job_id)) == 2
     for worker, held in spans.items():
         held.sort()
-        for (_, end, _), (start, _, _) in zip(held, held[1:], strict=False):
-            assert end <= start, f"worker {worker} ran two jobs at once: {held}"
+        for (_, ended, _), (began, _, _) in zip(held, held[1:], strict=False):
+            assert ended <= began, f"worker {worker} ran two jobs at once: {held}"
     # Nothing is held any more, and every job was admitted once.
     assert all(not w["reservations"] for w in api.get("/v1/workers").json()["items"])
 
