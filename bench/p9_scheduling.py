@@ -17,6 +17,7 @@
 
 import io
 import random
+import sys
 import tempfile
 import threading
 import time
@@ -58,6 +59,7 @@ DISPATCHER = {"LAUNCHBAY_SCHEDULER": "dispatcher", "LAUNCHBAY_SUBMISSIONS_PER_MI
 
 @contextmanager
 def stack_of(root: Path, redis_url: str, workers: int, **env: str) -> Iterator[Stack]:
+    root.mkdir(parents=True, exist_ok=True)
     stack = Stack(
         root=root,
         database_url=f"sqlite:///{root / 'data' / 'launchbay.db'}",
@@ -197,8 +199,6 @@ def launch_delay(stack: Stack, http: httpx.Client, spec: dict[str, Any]) -> floa
 
 def launch_delays(root: Path, redis_url: str, rounds: int = 11) -> tuple[list[float], list[float]]:
     fifo_root, dispatch_root = root / "fifo", root / "dispatch"
-    fifo_root.mkdir()
-    dispatch_root.mkdir()
     fifo_redis = redis_url.rsplit("/", 1)[0] + "/1"
     fifo: list[float] = []
     dispatched: list[float] = []
@@ -362,11 +362,16 @@ def fair_share(root: Path, redis_url: str) -> dict[str, float]:
 
 def run() -> list[Result]:
     results = []
+
+    def add(result: Result) -> None:
+        results.append(result)
+        print(result.row(), file=sys.stderr, flush=True)  # as soon as measured
+
     root = Path(tempfile.mkdtemp(prefix="launchbay-bench-p9-"))
     root.chmod(0o711)
     decide = decision_times()
     p50, p99 = 1000 * percentile(decide, 50), 1000 * percentile(decide, 99)
-    results.append(
+    add(
         Result(
             "P9a",
             "dispatch decision, 1,000 queued jobs, 100 workers (simulated capacity)",
@@ -378,7 +383,7 @@ def run() -> list[Result]:
     )
     with private_redis() as redis_server:
         first, passes = pass_times(root, redis_server.url(2))
-        results.append(
+        add(
             Result(
                 "P9b",
                 "a whole dispatch pass, 1,000 queued jobs, 100 worker records (SQLite, Redis)",
@@ -392,7 +397,7 @@ def run() -> list[Result]:
         )
         fifo, dispatched = launch_delays(root, redis_server.url(0))
         ratio = median(dispatched) / median(fifo)
-        results.append(
+        add(
             Result(
                 "P9c",
                 "POST /v1/jobs → launcher start on an idle worker, dispatcher ÷ FIFO",
@@ -405,7 +410,7 @@ def run() -> list[Result]:
         )
         simulated = simulated_throughput(root, redis_server.url(3))
         real = real_throughput(root / "real", redis_server.url(4))
-        results.append(
+        add(
             Result(
                 "P9d",
                 "admission throughput, 20 workers",
@@ -417,7 +422,7 @@ def run() -> list[Result]:
             )
         )
         fair = fair_share(root / "fair", redis_server.url(5))
-        results.append(
+        add(
             Result(
                 "P9e",
                 "fair share: A submits 40 no-op jobs, then B 10, on 2 one-slot workers",

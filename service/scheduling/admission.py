@@ -25,43 +25,65 @@ class WaitingRow:
     job: QueuedJob
     position: int | None
     reason: str | None
-    spec: dict[str, Any]
-    queue: str
 
 
-def queued_from(row: Any) -> QueuedJob:
-    spec = row.spec or {}
-    return QueuedJob(
-        id=row.id,
-        attempt=row.attempt,
-        owner=row.owner,
-        queue=row.queue,
-        priority=int(spec.get("priority", 0)),
-        nnodes=int(spec.get("nnodes", 1)),
-        nproc_per_node=int(spec.get("nproc_per_node", 1)),
-        queued_at=row.created_at.timestamp(),
+# What the planner needs of a spec: (priority, nnodes, nproc_per_node). A spec never changes
+# once stored, so the dispatcher keeps these by job id and reads each spec once.
+SpecFacts = tuple[int, int, int]
+
+
+def spec_facts(spec: dict[str, Any] | None) -> SpecFacts:
+    spec = spec or {}
+    return (
+        int(spec.get("priority", 0)),
+        int(spec.get("nnodes", 1)),
+        int(spec.get("nproc_per_node", 1)),
     )
 
 
-def load_queue(connection: Connection, reserved: Collection[tuple[str, int]]) -> list[WaitingRow]:
-    """The queued jobs that no reservation holds yet, with what they last showed."""
-    rows = connection.execute(
-        select(
-            _job.c.id,
-            _job.c.attempt,
-            _job.c.owner,
-            _job.c.queue,
-            _job.c.created_at,
-            _job.c.spec,
-            _job.c.queue_position,
-            _job.c.pending_reason,
-        ).where(_job.c.state == JobState.QUEUED.value)
-    )
-    return [
-        WaitingRow(queued_from(r), r.queue_position, r.pending_reason, r.spec, r.queue)
-        for r in rows
+def load_specs(connection: Connection, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(ids), 500):
+        chunk = list(ids[start : start + 500])
+        rows = connection.execute(select(_job.c.id, _job.c.spec).where(_job.c.id.in_(chunk)))
+        found.update({r.id: r.spec or {} for r in rows})
+    return found
+
+
+def load_queue(
+    connection: Connection, reserved: Collection[tuple[str, int]], known: dict[str, SpecFacts]
+) -> list[WaitingRow]:
+    """The queued jobs that no reservation holds yet, with what they last showed. `known`
+    (job id → its spec's facts) is read from and added to; ids that left the queue go."""
+    rows = [
+        r
+        for r in connection.execute(
+            select(
+                _job.c.id,
+                _job.c.attempt,
+                _job.c.owner,
+                _job.c.queue,
+                _job.c.created_at,
+                _job.c.queue_position,
+                _job.c.pending_reason,
+            ).where(_job.c.state == JobState.QUEUED.value)
+        )
         if (r.id, r.attempt) not in reserved
     ]
+    missing = [r.id for r in rows if r.id not in known]
+    for job_id, spec in load_specs(connection, missing).items():
+        known[job_id] = spec_facts(spec)
+    waiting = {r.id for r in rows}
+    for gone in [job_id for job_id in known if job_id not in waiting]:
+        del known[gone]
+    queue = []
+    for r in rows:
+        priority, nnodes, nproc = known.get(r.id, (0, 1, 1))
+        job = QueuedJob(
+            r.id, r.attempt, r.owner, r.queue, priority, nnodes, nproc, r.created_at.timestamp()
+        )
+        queue.append(WaitingRow(job, r.queue_position, r.pending_reason))
+    return queue
 
 
 @dataclass(frozen=True)
@@ -180,10 +202,11 @@ def admit(
     lease_ttl_s: float,
     admitted: Sequence[tuple[QueuedJob, list[Placement]]],
     now: datetime,
-) -> list[QueuedJob]:
+) -> list[tuple[QueuedJob, dict[str, Any]]]:
     """Reserve the devices of each admitted job, all its nodes or none, in the caller's
     transaction, after checking the lease is still ours (`LeaseLost` otherwise: roll back).
-    A job that left the queue since it was read is skipped. Returns the jobs reserved."""
+    A job that left the queue since it was read, or is reserved already, is skipped. Returns
+    the jobs reserved, each with its spec (for the hand-over)."""
     fence(connection, lease, lease_ttl_s)
     reserved = []
     for job, placements in admitted:
@@ -198,10 +221,11 @@ def admit(
                 ),
             )
             .values(queue_position=None, pending_reason=None)
-        )
-        if taken.rowcount != 1:
+            .returning(_job.c.spec)
+        ).first()
+        if taken is None:
             continue
-        reserved.append(job)
+        reserved.append((job, dict(taken.spec or {})))
         rows = [
             {
                 "job_id": job.id,

@@ -18,6 +18,8 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -30,11 +32,24 @@ from jobs.states import JobState
 from service.executor import ExecutorUnavailable
 from service.models import Job, utcnow
 from service.scheduling import admission
-from service.scheduling.capacity import active_reservations, live_capacity, live_lanes
+from service.scheduling.capacity import (
+    ActiveReservation,
+    active_reservations,
+    live_capacity,
+    live_lanes,
+)
 from service.scheduling.executor import WAKE_KEY, hand_over
 from service.scheduling.lease import Lease, LeaseLost, new_holder_name, release_lease, take_lease
-from service.scheduling.planner import InUse, Plan, plan_dispatch
-from service.scheduling.policies import load_policies
+from service.scheduling.planner import (
+    InUse,
+    OwnerUsage,
+    Placement,
+    Plan,
+    QueuedJob,
+    WorkerCapacity,
+    plan_dispatch,
+)
+from service.scheduling.policies import Policies, load_policies
 from service.scheduling.preemption import PREEMPTED_MESSAGE, preemption_message
 from service.scheduling.usage import usage_since
 from service.settings import Settings
@@ -53,6 +68,17 @@ class PassReport:
     decision_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    workers: list[WorkerCapacity]
+    reserved_jobs: dict[str, admission.ReservedJob]
+    stale: list[ActiveReservation]
+    held: list[ActiveReservation]
+    waiting: list[admission.WaitingRow]
+    usage: dict[str, OwnerUsage]
+    policies: Policies
+
+
 @dataclass
 class Dispatcher:
     engine: Engine
@@ -61,6 +87,8 @@ class Dispatcher:
     holder: str = field(default_factory=new_holder_name)
     lease: Lease | None = None
     renewed_at: float = 0.0
+    # What the planner needs of each queued job's spec, read once (`admission.load_queue`).
+    known_specs: dict[str, admission.SpecFacts] = field(default_factory=dict)
 
     def keep_lease(self) -> Lease | None:
         """Hold (renew, or take over) the lease; None while another process holds it."""
@@ -77,15 +105,53 @@ class Dispatcher:
     def run_pass(self, lease: Lease) -> PassReport:
         """One pass (see the module docstring); `LeaseLost` when the lease went elsewhere."""
         settings, report = self.settings, PassReport()
-        workers = live_capacity(self.redis)
         now = utcnow()
+        seen = self._read(now)
+        started = time.perf_counter()
+        plan = plan_dispatch(
+            [w.job for w in seen.waiting],
+            seen.workers,
+            [InUse(r.worker, r.devices) for r in seen.held],
+            seen.usage,
+            seen.policies.by_owner,
+            default_limits=seen.policies.default,
+            now=now.timestamp(),
+            starvation_after_s=settings.starvation_after_s,
+            quota_period_s=settings.quota_period_s,
+            running=admission.running_jobs(seen.held, seen.reserved_jobs, PREEMPTED_MESSAGE),
+            preemption=settings.preemption,
+        )
+        report.decision_s = time.perf_counter() - started
+        with self.engine.begin() as connection:
+            admission.release(connection, seen.stale, seen.reserved_jobs, now)
+            admitted = admission.admit(
+                connection, lease, settings.dispatch_lease_s, plan.admitted, now
+            )
+            report.preempted = self._preempt(connection, plan)
+        # Handed over before the positions are written: the launch waits for nothing else.
+        placements = {job.id: places for job, places in plan.admitted}
+        for job, spec in admitted:
+            report.admitted.append(job.id)
+            self._hand_over(job, spec, placements[job.id])
+        with self.engine.begin() as connection:
+            admission.show_waiting(connection, {w.job.id: w for w in seen.waiting}, plan.waiting)
+        report.released, report.waiting = len(seen.stale), len(plan.waiting)
+        return report
+
+    def _read(self, now: datetime) -> "Snapshot":
+        """What a pass decides on: live workers, reservations (those to release apart), the
+        queue, usage and policies."""
+        settings = self.settings
+        workers = live_capacity(self.redis)
         with self.engine.connect() as connection:
             reservations = active_reservations(connection)
             reserved_jobs = admission.load_reserved_jobs(connection, reservations)
             stale = admission.stale_reservations(reservations, reserved_jobs, live_lanes(workers))
             stale_keys = {(r.job_id, r.attempt, r.node) for r in stale}
             held = [r for r in reservations if (r.job_id, r.attempt, r.node) not in stale_keys]
-            waiting = admission.load_queue(connection, {(r.job_id, r.attempt) for r in held})
+            waiting = admission.load_queue(
+                connection, {(r.job_id, r.attempt) for r in held}, self.known_specs
+            )
             usage = usage_since(
                 connection, now, settings.fair_share_half_life_s, settings.quota_period_s
             )
@@ -94,35 +160,7 @@ class Dispatcher:
             owner = usage.get(r.owner)
             if owner is not None:
                 owner.held_devices = max(0, owner.held_devices - len(r.devices))
-        started = time.perf_counter()
-        plan = plan_dispatch(
-            [w.job for w in waiting],
-            workers,
-            [InUse(r.worker, r.devices) for r in held],
-            usage,
-            policies.by_owner,
-            default_limits=policies.default,
-            now=now.timestamp(),
-            starvation_after_s=settings.starvation_after_s,
-            quota_period_s=settings.quota_period_s,
-            running=admission.running_jobs(held, reserved_jobs, PREEMPTED_MESSAGE),
-            preemption=settings.preemption,
-        )
-        report.decision_s = time.perf_counter() - started
-        with self.engine.begin() as connection:
-            admission.release(connection, stale, reserved_jobs, now)
-            admitted = admission.admit(
-                connection, lease, settings.dispatch_lease_s, plan.admitted, now
-            )
-            report.preempted = self._preempt(connection, plan)
-            admission.show_waiting(connection, {w.job.id: w for w in waiting}, plan.waiting)
-        report.released, report.waiting = len(stale), len(plan.waiting)
-        rows = {w.job.id: w for w in waiting}
-        placements = dict((job.id, places) for job, places in plan.admitted)
-        for job in admitted:
-            report.admitted.append(job.id)
-            self._hand_over(rows[job.id], placements[job.id], lease)
-        return report
+        return Snapshot(workers, reserved_jobs, stale, held, waiting, usage, policies)
 
     def _preempt(self, connection: Connection, plan: Plan) -> list[str]:
         """Ask each victim to stop through its `cancelling` state (with its state event), and
@@ -142,13 +180,13 @@ class Dispatcher:
         session.flush()
         return stopped
 
-    def _hand_over(self, row: admission.WaitingRow, places: list, lease: Lease) -> None:
+    def _hand_over(self, queued: QueuedJob, spec: dict[str, Any], places: list[Placement]) -> None:
         job = Job.model_construct(
-            id=row.job.id, attempt=row.job.attempt, spec=row.spec, queue=row.queue
+            id=queued.id, attempt=queued.attempt, spec=spec, queue=queued.queue
         )
         reservations = [
             admission.ActiveReservation(
-                row.job.id, row.job.attempt, p.node, row.job.owner, p.worker, p.devices
+                queued.id, queued.attempt, p.node, queued.owner, p.worker, p.devices
             )
             for p in places
         ]

@@ -133,6 +133,14 @@ class DispatchExecutor(RQExecutor):
         except RedisError as exc:
             raise ExecutorUnavailable(f"Redis: {exc}") from exc
 
+    def cancel(self, job: Job) -> None:
+        """Withdraw the attempt's tasks; its devices are released at the next pass, now."""
+        super().cancel(job)
+        try:
+            wake_dispatcher(self.redis)
+        except RedisError as exc:
+            raise ExecutorUnavailable(f"Redis: {exc}") from exc
+
 
 def make_executor(settings: Settings, redis: Redis, engine: Engine) -> Executor:
     """The executor for this configuration: RQ first in first out, or under the dispatcher."""

@@ -106,6 +106,10 @@ class Plan:
     held_for: dict[str, str] = field(default_factory=dict)
 
 
+# How many long-waiting jobs get pools held for them in one pass.
+MAX_HELD_JOBS = 4
+
+
 @dataclass(frozen=True)
 class InUse:
     """Devices reserved on a lane (worker) of a pool."""
@@ -146,6 +150,9 @@ class _Pass:
     no_room: dict[tuple[str, int, int], str] = field(default_factory=dict)
     blocked_above: int = 0
     preempted: set[str] = field(default_factory=set)
+    held_jobs: int = 0
+    # (queue, nproc, nnodes, priority) that no preemption could make room for this pass.
+    no_victims: set[tuple[str, int, int, int]] = field(default_factory=set)
     pool_of_lane: dict[str, str] = field(default_factory=dict)
 
     def limits_of(self, owner: str) -> OwnerLimits:
@@ -320,11 +327,14 @@ def _why_no_room(state: _Pass, job: QueuedJob) -> str:
 
 def _hold_if_starving(state: _Pass, job: QueuedJob) -> None:
     """Keep pools for a job that has waited too long: free ones now, busy ones as they free
-    up, so that smaller jobs cannot take them first forever."""
+    up, so that smaller jobs cannot take them first forever. The first `MAX_HELD_JOBS` such
+    jobs in the order get them (EASY backfill holds for the first; a few more keep the next
+    big jobs from waiting behind an endless stream of small ones)."""
     if state.now - job.queued_at < state.starvation_after_s:
         return
-    if job.id in state.plan.held_for.values():
+    if state.held_jobs >= MAX_HELD_JOBS or len(state.plan.held_for) >= len(state.pools):
         return
+    state.held_jobs += 1
     candidates = [
         p for p in state.pools if p.fits(job) and p.capacity.name not in state.plan.held_for
     ]
@@ -337,6 +347,9 @@ def _hold_if_starving(state: _Pass, job: QueuedJob) -> None:
 
 def _preempt_for(state: _Pass, job: QueuedJob) -> None:
     """Choose running jobs of lower priority whose devices, with the free ones, fit `job`."""
+    key = (job.queue, job.nproc_per_node, job.nnodes, job.priority)
+    if key in state.no_victims:
+        return
     room = {
         p.capacity.name: [len(p.free_devices), len(p.free_lanes)]
         for p in state.pools
@@ -365,6 +378,7 @@ def _preempt_for(state: _Pass, job: QueuedJob) -> None:
         if usable() >= job.nnodes:
             break
     if usable() < job.nnodes:
+        state.no_victims.add(key)
         return
     for victim in victims:
         state.plan.preempt.append((victim, job.id))

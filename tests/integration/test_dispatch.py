@@ -22,9 +22,11 @@ from service.app import create_app
 from service.db import make_engine
 from service.models import JobReservation, utcnow
 from service.queue import save_worker
+from service.reaper import reap_once
 from service.scheduling.admission import admit
 from service.scheduling.capacity import dispatch_queue_name
 from service.scheduling.dispatcher import Dispatcher
+from service.scheduling.executor import make_executor
 from service.scheduling.lease import LeaseLost, take_lease
 from service.scheduling.planner import Placement, QueuedJob
 from service.schemas import WorkerRecord
@@ -203,7 +205,8 @@ def test_a_dispatcher_that_lost_its_lease_admits_nothing(settings: Settings) -> 
         with engine.begin() as connection:
             assert take_lease(connection, "old", ttl_s=30) is None
         with engine.begin() as connection:
-            assert admit(connection, new, 30, [(queued, place)], utcnow()) == [queued]
+            [(again, spec)] = admit(connection, new, 30, [(queued, place)], utcnow())
+            assert again == queued and spec["name"] == "noop"
             # Twice is once: the job is no longer waiting.
             assert (
                 admit(connection, new, 30, [(queued, place)], utcnow() + timedelta(seconds=1)) == []
@@ -291,3 +294,25 @@ def test_scheduling_refusals_and_policies(dispatch_api: TestClient, dispatcher: 
     assert_error_body(dispatch_api.get("/v1/usage", params={"since": "yesterday"}), 422)
     ahead = (utcnow() + timedelta(days=1)).isoformat()
     assert_error_body(dispatch_api.get("/v1/usage", params={"since": ahead}), 400, "bad_request")
+
+
+def test_the_reaper_hands_over_again_an_admitted_job_whose_task_is_lost(
+    dispatch_api: TestClient, dispatcher: Dispatcher, dispatch_settings: Settings
+) -> None:
+    redis = dispatcher.redis
+    register_worker(redis, "w1")
+    admitted, waiting = submit(dispatch_api, ADMIN_TOKEN), submit(dispatch_api, ADMIN_TOKEN)
+    lease = dispatcher.keep_lease()
+    assert lease is not None
+    assert dispatcher.run_pass(lease).admitted == [admitted]
+    worker_queue = Queue(dispatch_queue_name("w1"), connection=redis)
+    # Redis loses the task (or the dispatcher died between its commit and the hand-over).
+    redis.delete(worker_queue.key, f"rq:job:{admitted}-1")
+    executor = make_executor(dispatch_settings, redis, dispatcher.engine)
+    later = utcnow() + timedelta(seconds=60)
+    report = reap_once(dispatcher.engine, executor, dispatch_settings, now=later)
+    # The admitted job goes back to its reserved worker; the waiting one is the dispatcher's.
+    assert report.enqueued == [admitted]
+    assert worker_queue.job_ids == [f"{admitted}-1"]
+    assert Queue("default", connection=redis).job_ids == []
+    assert dispatch_api.get(f"/v1/jobs/{waiting}").json()["queue_position"] == 1
