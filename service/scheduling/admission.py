@@ -51,10 +51,14 @@ def load_specs(connection: Connection, ids: Sequence[str]) -> dict[str, dict[str
 
 
 def load_queue(
-    connection: Connection, reserved: Collection[tuple[str, int]], known: dict[str, SpecFacts]
+    connection: Connection,
+    reserved: Collection[tuple[str, int]],
+    known: dict[str, SpecFacts],
+    elsewhere: Collection[str] = (),
 ) -> list[WaitingRow]:
     """The queued jobs that no reservation holds yet, with what they last showed. `known`
-    (job id → its spec's facts) is read from and added to; ids that left the queue go."""
+    (job id → its spec's facts) is read from and added to; ids that left the queue go. Jobs
+    of the queues `elsewhere` (another executor's) are not the dispatcher's."""
     rows = [
         r
         for r in connection.execute(
@@ -68,7 +72,7 @@ def load_queue(
                 _job.c.pending_reason,
             ).where(_job.c.state == JobState.QUEUED.value)
         )
-        if (r.id, r.attempt) not in reserved
+        if (r.id, r.attempt) not in reserved and r.queue not in elsewhere
     ]
     missing = [r.id for r in rows if r.id not in known]
     for job_id, spec in load_specs(connection, missing).items():

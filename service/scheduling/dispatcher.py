@@ -51,6 +51,7 @@ from service.scheduling.planner import (
 )
 from service.scheduling.policies import Policies, load_policies
 from service.scheduling.preemption import PREEMPTED_MESSAGE, preemption_message
+from service.scheduling.routing import queues_scheduled_elsewhere
 from service.scheduling.usage import usage_since
 from service.settings import Settings
 from service.store.lifecycle import transition
@@ -150,7 +151,10 @@ class Dispatcher:
             stale_keys = {(r.job_id, r.attempt, r.node) for r in stale}
             held = [r for r in reservations if (r.job_id, r.attempt, r.node) not in stale_keys]
             waiting = admission.load_queue(
-                connection, {(r.job_id, r.attempt) for r in held}, self.known_specs
+                connection,
+                {(r.job_id, r.attempt) for r in held},
+                self.known_specs,
+                queues_scheduled_elsewhere(settings),
             )
             usage = usage_since(
                 connection, now, settings.fair_share_half_life_s, settings.quota_period_s
