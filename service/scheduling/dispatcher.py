@@ -90,6 +90,10 @@ class Dispatcher:
     renewed_at: float = 0.0
     # What the planner needs of each queued job's spec, read once (`admission.load_queue`).
     known_specs: dict[str, admission.SpecFacts] = field(default_factory=dict)
+    # (monotonic time read, the live workers then): `_capacity`.
+    capacity: tuple[float, list[WorkerCapacity]] | None = None
+    # (monotonic time read, owners' recent usage, policies): `_read`.
+    history: tuple[float, dict[str, OwnerUsage], Policies] | None = None
 
     def keep_lease(self) -> Lease | None:
         """Hold (renew, or take over) the lease; None while another process holds it."""
@@ -143,7 +147,7 @@ class Dispatcher:
         """What a pass decides on: live workers, reservations (those to release apart), the
         queue, usage and policies."""
         settings = self.settings
-        workers = live_capacity(self.redis)
+        workers = self._capacity()
         with self.engine.connect() as connection:
             reservations = active_reservations(connection)
             reserved_jobs = admission.load_reserved_jobs(connection, reservations)
@@ -156,15 +160,32 @@ class Dispatcher:
                 self.known_specs,
                 queues_scheduled_elsewhere(settings),
             )
-            usage = usage_since(
-                connection, now, settings.fair_share_half_life_s, settings.quota_period_s
-            )
-            policies = load_policies(connection)
-        for r in stale:  # released in this pass: not held any more
-            owner = usage.get(r.owner)
-            if owner is not None:
-                owner.held_devices = max(0, owner.held_devices - len(r.devices))
+            # Read again when an attempt ended (its usage is final now) or a pass interval on.
+            history = self.history
+            if (
+                stale
+                or history is None
+                or time.monotonic() - history[0] >= settings.dispatch_interval_s
+            ):
+                usage = usage_since(
+                    connection, now, settings.fair_share_half_life_s, settings.quota_period_s
+                )
+                history = self.history = (time.monotonic(), usage, load_policies(connection))
+        _, past, policies = history
+        # Recent usage and policies as read at most a pass interval ago; held devices now.
+        usage = {owner: OwnerUsage(0, u.decayed_s, u.period_s) for owner, u in past.items()}
+        for r in held:
+            usage.setdefault(r.owner, OwnerUsage()).held_devices += len(r.devices)
         return Snapshot(workers, reserved_jobs, stale, held, waiting, usage, policies)
+
+    def _capacity(self) -> list[WorkerCapacity]:
+        """The live workers, read at most once per `dispatch_interval_s`: a pass woken by a
+        submission does not wait for Redis to list them again. A worker gone since is
+        caught by its reservation's release (`admission.stale_reservations`)."""
+        now = time.monotonic()
+        if self.capacity is None or now - self.capacity[0] >= self.settings.dispatch_interval_s:
+            self.capacity = (now, live_capacity(self.redis))
+        return self.capacity[1]
 
     def _preempt(self, connection: Connection, plan: Plan) -> list[str]:
         """Ask each victim to stop through its `cancelling` state (with its state event), and

@@ -90,12 +90,10 @@ class DispatchExecutor(RQExecutor):
             return reservations_of(connection, job.id, job.attempt)
 
     def submit(self, job: Job) -> None:
-        reservations = self._reservations(job)
+        """A new attempt is the dispatcher's to admit: wake it. (It hands over what it admits
+        itself; the reaper hands over again what was lost: `resubmit`.)"""
         try:
-            if reservations:
-                hand_over(self.redis, job, reservations, grace_s=self.grace_s)
-            else:
-                wake_dispatcher(self.redis)
+            wake_dispatcher(self.redis)
         except RedisError as exc:
             raise ExecutorUnavailable(f"Redis: {exc}") from exc
 
