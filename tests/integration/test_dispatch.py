@@ -218,6 +218,9 @@ def test_a_dispatcher_that_lost_its_lease_admits_nothing(settings: Settings) -> 
         engine.dispose()
 
 
+# The routes and the reaper's hand-over are the same on both databases; the lease and the
+# admission, which depend on their locking, run on both above.
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_scheduling_refusals_and_policies(dispatch_api: TestClient, dispatcher: Dispatcher) -> None:
     register_worker(dispatcher.redis, "w1", slots=2)
     alice = make_token(dispatch_api, "alice")
@@ -296,6 +299,7 @@ def test_scheduling_refusals_and_policies(dispatch_api: TestClient, dispatcher: 
     assert_error_body(dispatch_api.get("/v1/usage", params={"since": ahead}), 400, "bad_request")
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_the_reaper_hands_over_again_an_admitted_job_whose_task_is_lost(
     dispatch_api: TestClient, dispatcher: Dispatcher, dispatch_settings: Settings
 ) -> None:
