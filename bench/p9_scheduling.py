@@ -116,11 +116,13 @@ def synthetic_queue(jobs: int, workers: int, seed: int = 7) -> dict[str, Any]:
     return {"jobs": queued, "workers": pools, "in_use": in_use, "usage": usage, "now": now}
 
 
-def decision_times(rounds: int = 200) -> list[float]:
+def decision_times(rounds: int = 200) -> tuple[list[float], list[float]]:
+    """Wall-clock and CPU seconds (this thread's) of each decision: on a machine shared with
+    other work, the wall clock also counts the time the scheduler gave to others."""
     scene = synthetic_queue(1000, 100)
-    times = []
+    times, cpu = [], []
     for _ in range(rounds):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         plan_dispatch(
             scene["jobs"],
             scene["workers"],
@@ -132,7 +134,8 @@ def decision_times(rounds: int = 200) -> list[float]:
             quota_period_s=86400,
         )
         times.append(time.perf_counter() - started)
-    return times
+        cpu.append(time.thread_time() - started_cpu)
+    return times, cpu
 
 
 def register(redis: Redis, name: str, slots: int, queues: tuple[str, ...] = ("default",)) -> None:
@@ -369,16 +372,19 @@ def run() -> list[Result]:
 
     root = Path(tempfile.mkdtemp(prefix="launchbay-bench-p9-"))
     root.chmod(0o711)
-    decide = decision_times()
+    decide, cpu = decision_times()
     p50, p99 = 1000 * percentile(decide, 50), 1000 * percentile(decide, 99)
+    cpu50, cpu99 = 1000 * percentile(cpu, 50), 1000 * percentile(cpu, 99)
     add(
         Result(
             "P9a",
             "dispatch decision, 1,000 queued jobs, 100 workers (simulated capacity)",
-            f"p50 {p50:.1f} ms, p99 {p99:.1f} ms ({len(decide)} decisions)",
+            f"wall p50 {p50:.1f} ms, p99 {p99:.1f} ms; CPU p50 {cpu50:.1f} ms, p99 "
+            f"{cpu99:.1f} ms ({len(decide)} decisions)",
             "p99 ≤ 50 ms",
             p99 <= 50,
-            "the planner alone (service/scheduling/planner.py), 95 workers busy",
+            "the planner alone (service/scheduling/planner.py), 95 workers busy; "
+            "CPU = this thread's time, what the wall clock is on an idle core",
         )
     )
     with private_redis() as redis_server:
