@@ -20,6 +20,7 @@ BENCHMARKS = {
     "environment": "bench.p8_environment",
     "logsearch": "bench.p9_log_search",
     "store": "bench.p9_store",
+    "scheduling": "bench.p9_scheduling",
 }
 
 

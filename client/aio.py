@@ -35,9 +35,11 @@ from client.models import (
     MetricPage,
     MetricPoint,
     Node,
+    Queue,
     Recipe,
     Token,
     UploadedCode,
+    Usage,
     Worker,
 )
 from client.sse import SSEParser
@@ -272,6 +274,15 @@ class AsyncClient:
 
     async def list_workers(self) -> list[Worker]:
         return http.items(await self._json("GET", "/v1/workers"), Worker)
+
+    async def get_queue(self) -> Queue:
+        return Queue.model_validate(await self._json("GET", "/v1/queue"))
+
+    async def get_usage(
+        self, owner: str | None = None, since: str | datetime | None = None
+    ) -> Usage:
+        params = http.usage_params(owner, since)
+        return Usage.model_validate(await self._json("GET", "/v1/usage", params=params))
 
     async def get_health(self) -> JSON:
         return dict(await self._json("GET", "/v1/health"))

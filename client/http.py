@@ -106,6 +106,16 @@ def token_body(name: str, role: str, expires_at: str | datetime | None) -> JSON:
     return body
 
 
+def usage_params(owner: str | None, since: str | datetime | None) -> dict[str, str]:
+    """The query of GET /v1/usage."""
+    params = {}
+    if owner is not None:
+        params["owner"] = owner
+    if since is not None:
+        params["since"] = since.isoformat() if isinstance(since, datetime) else since
+    return params
+
+
 def is_repeat(event_id: str | None, seen: str | None) -> bool:
     """Ids are monotonic integers (DESIGN.md), so one at or below the last seen is a replay."""
     if event_id is None or seen is None or not (event_id.isdigit() and seen.isdigit()):

@@ -73,6 +73,9 @@ class Job(ApiModel):
     worker: str | None = None
     progress: Progress
     latest_metrics: dict[str, float]
+    # While queued under the dispatcher: its place in the queue (1 first) and why it waits.
+    queue_position: int | None = None
+    pending_reason: str | None = None
 
     def is_terminal(self) -> bool:
         """True once the job is `succeeded`, `failed` or `cancelled`."""
@@ -300,3 +303,40 @@ class AuditRecord(ApiModel):
     client: str | None
     status: int
     outcome: str
+
+
+class QueueEntry(ApiModel):
+    """A waiting job, as `GET /v1/queue` lists it (another owner's without id, name, owner)."""
+
+    position: int | None = None
+    job_id: str | None = None
+    name: str | None = None
+    owner: str | None = None
+    queue: str
+    priority: int
+    nnodes: int
+    nproc_per_node: int
+    created_at: datetime
+    pending_reason: str | None = None
+
+
+class Queue(ApiModel):
+    """`GET /v1/queue`: what waits, in the order it will run, and which API process dispatches."""
+
+    items: list[QueueEntry]
+    total: int
+    dispatcher: dict[str, Any] | None = None
+
+
+class OwnerUsage(ApiModel):
+    owner: str
+    device_seconds: float
+    jobs: int
+
+
+class Usage(ApiModel):
+    """`GET /v1/usage`: device-seconds per owner between `since` and `until`."""
+
+    since: datetime
+    until: datetime
+    items: list[OwnerUsage]

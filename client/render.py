@@ -90,7 +90,7 @@ def jobs_table(jobs: list[dict[str, Any]], total: int | None = None, width: int 
             (
                 str(job.get("id", "")),
                 str(job.get("name", "")),
-                state_text(job.get("state")),
+                _state_in_queue(job),
                 format_number(progress.get("step")),
                 format_number(metrics.get("loss")),
                 format_age(job.get("created_at")),
@@ -111,6 +111,32 @@ def jobs_table(jobs: list[dict[str, Any]], total: int | None = None, width: int 
     return table
 
 
+def queue_table(entries: list[dict[str, Any]], total: int) -> Table:
+    """`launchbay queue`: the waiting jobs in the order they will run."""
+    table = new_table(f"{len(entries)} of {total} waiting")
+    for column in ("#", "id", "owner", "priority", "devices", "queue", "waiting because"):
+        table.add_column(column, no_wrap=column != "waiting because", overflow="fold")
+    for entry in entries:
+        table.add_row(
+            _cell(entry.get("position")),
+            _cell(entry.get("job_id") or "(another owner's)"),
+            _cell(entry.get("owner")),
+            _cell(entry.get("priority")),
+            f"{entry.get('nnodes', 1)}x{entry.get('nproc_per_node', 1)}",
+            _cell(entry.get("queue")),
+            _cell(entry.get("pending_reason")),
+        )
+    return table
+
+
+def _state_in_queue(job: dict[str, Any]) -> Text:
+    """The state, with the place in the queue while the job waits (`queued #3`)."""
+    text = state_text(job.get("state"))
+    if job.get("queue_position") is not None:
+        text.append(f" #{job['queue_position']}")
+    return text
+
+
 def job_table(job: dict[str, Any], checkpoints: list[dict[str, Any]] | None = None) -> Table:
     """One job as `field  value` rows."""
     table = Table(show_header=False, box=None, pad_edge=False)
@@ -127,6 +153,8 @@ def job_table(job: dict[str, Any], checkpoints: list[dict[str, Any]] | None = No
         ("started", job.get("started_at")),
         ("finished", job.get("finished_at")),
         ("progress", _progress_text(progress)),
+        ("queue position", job.get("queue_position")),
+        ("waiting because", job.get("pending_reason")),
         ("exit code", job.get("exit_code")),
         ("exit reason", job.get("exit_reason")),
         ("message", job.get("message")),

@@ -53,10 +53,12 @@ from client.models import (
     MetricPage,
     MetricPoint,
     Node,
+    Queue,
     Recipe,
     Stacks,
     Token,
     UploadedCode,
+    Usage,
     Webhook,
     WebhookDelivery,
     Worker,
@@ -368,6 +370,16 @@ class Client:
     def list_workers(self) -> list[Worker]:
         """The workers seen: queues, devices, last heartbeat, current job."""
         return http.items(self._json("GET", "/v1/workers"), Worker)
+
+    def get_queue(self) -> Queue:
+        """What waits, in the order it will run, with why each job waits."""
+        return Queue.model_validate(self._json("GET", "/v1/queue"))
+
+    def get_usage(self, owner: str | None = None, since: str | datetime | None = None) -> Usage:
+        """Device-seconds per owner since `since` (default: one quota period ago); a user
+        sees only their own."""
+        params = http.usage_params(owner, since)
+        return Usage.model_validate(self._json("GET", "/v1/usage", params=params))
 
     def get_health(self) -> JSON:
         """`{"status": "ok"}` while the API process lives."""

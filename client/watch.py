@@ -116,6 +116,8 @@ class JobView:
                 or "no metrics yet",
                 style="dim" if not job.get("latest_metrics") else "",
             )
+            if job.get("state") == "queued" and job.get("pending_reason"):
+                header.append(f"  #{job.get('queue_position')}: {job['pending_reason']}")
             logs = Panel(Text("\n".join(self.lines) or "no logs yet"), title="logs", expand=True)
             saved = Text(f"last {self.checkpoint}" if self.checkpoint else "no checkpoint yet")
             saved.stylize("dim" if not self.checkpoint else "green")

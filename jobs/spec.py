@@ -82,6 +82,9 @@ class JobSpec(StrictModel):
     # Names of `env` whose values are secrets: stored and given to the ranks, never shown back.
     secret_env: Annotated[list[Annotated[str, Field(max_length=256)]], Field(max_length=256)] = []
     queue: str = "default"
+    # Higher runs first under the dispatcher (docs/scheduling.md); above the owner's policy
+    # maximum is refused for a non-admin.
+    priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 0
     max_retries: Annotated[int, Field(ge=0, le=100)] = 0
     timeout_s: Annotated[float, Field(gt=0, le=30 * 24 * 3600)] | None = None

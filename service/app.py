@@ -14,7 +14,6 @@ from service.deps import get_principal
 from service.errors import install_error_handlers
 from service.hardening import harden_service, make_non_dumpable
 from service.limits import BodySizeLimit
-from service.queue import RQExecutor
 from service.reaper import ReaperThread
 from service.routes import (
     artifacts,
@@ -26,7 +25,9 @@ from service.routes import (
     log_search,
     logs,
     metrics,
+    policies,
     prometheus,
+    queue,
     recipes,
     stacks,
     system,
@@ -35,6 +36,8 @@ from service.routes import (
     webhooks,
     workers,
 )
+from service.scheduling.dispatcher import DispatcherThread
+from service.scheduling.executor import make_executor
 from service.schemas import ERROR_RESPONSES
 from service.settings import Settings, get_settings
 from service.webhook_delivery import WebhookDispatcher
@@ -58,19 +61,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.redis = make_redis(settings.redis_url)
         reaper = ReaperThread(
             app.state.engine,
-            RQExecutor(app.state.redis, grace_s=settings.cancel_grace_s),
+            make_executor(settings, app.state.redis, app.state.engine),
             settings,
         )
         if settings.reaper_enabled:
             reaper.start()
-        dispatcher = WebhookDispatcher(app.state.engine, settings)
+        deliveries = WebhookDispatcher(app.state.engine, settings)
         if settings.webhook_delivery_enabled:
+            deliveries.start()
+        dispatcher = DispatcherThread(app.state.engine, settings)
+        if settings.scheduler == "dispatcher":
             dispatcher.start()
         try:
             yield
         finally:
-            if dispatcher.is_alive():
-                dispatcher.stop()
+            for thread in (dispatcher, deliveries):
+                if thread.is_alive():
+                    thread.stop()
             if reaper.is_alive():
                 reaper.stop()
             app.state.redis.close()
@@ -99,6 +106,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         audit,
         log_search,
         stacks,
+        queue,
+        policies,
     ):
         app.include_router(
             module.router, dependencies=[Depends(get_principal)], responses=ERROR_RESPONSES

@@ -21,7 +21,7 @@ from service.auth import CHALLENGE, Principal, authenticate, known_principal
 from service.errors import Forbidden, NotFound, Unauthorized
 from service.executor import Executor
 from service.models import Job
-from service.queue import RQExecutor
+from service.scheduling.executor import make_executor
 from service.settings import Settings
 
 
@@ -56,9 +56,11 @@ async def get_redis(request: Request) -> Redis:
 async def get_executor(
     redis: Annotated[Redis, Depends(get_redis)],
     settings: Annotated[Settings, Depends(get_app_settings)],
+    engine: Annotated[Engine, Depends(get_engine)],
 ) -> Executor:
-    """The executor the jobs' attempts run on (`service.executor`): RQ, the only one so far."""
-    return RQExecutor(redis, grace_s=settings.cancel_grace_s)
+    """The executor the jobs' attempts run on (`service.executor`): RQ, first in first out or
+    under the dispatcher (`service.scheduling.executor.make_executor`)."""
+    return make_executor(settings, redis, engine)
 
 
 # The largest seq (a BIGINT): a larger `after` cannot match and the databases refuse it.

@@ -219,14 +219,14 @@ class ReaperThread(threading.Thread):
 def run_reaper(interval_s: float | None = None, once: bool = False) -> None:
     """`launchbay reaper`: run passes until interrupted (or one, with `once`)."""
     from service.db import make_engine
-    from service.queue import RQExecutor
+    from service.scheduling.executor import make_executor
     from service.settings import get_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = get_settings()
     engine = make_engine(settings.resolved_database_url)
     redis = Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
-    executor = RQExecutor(redis, grace_s=settings.cancel_grace_s)
+    executor = make_executor(settings, redis, engine)
     try:
         if once:
             report = reap_once(engine, executor, settings)

@@ -51,8 +51,12 @@ class JobPublic(JobBase):
         """Read from a `Job` row: what differs from the row, the rest as it is."""
         if not isinstance(data, Job):
             return data
+        queued = data.state == "queued"
         return {
             **{name: getattr(data, name) for name in JobBase.model_fields},
+            # Shown while queued only: what the dispatcher last wrote.
+            "queue_position": data.queue_position if queued else None,
+            "pending_reason": data.pending_reason if queued else None,
             "spec": masked_spec(data.spec),
             "progress": Progress(
                 step=data.progress_step, epoch=data.progress_epoch, total_steps=data.total_steps
@@ -208,6 +212,15 @@ class WorkerPublic(BaseModel):
     started_at: datetime
     last_heartbeat: datetime
     current_job: WorkerJob | None
+    # Under the dispatcher: what is reserved on it, by which job (docs/scheduling.md).
+    reservations: list["WorkerReservation"] = []
+
+
+class WorkerReservation(BaseModel):
+    job_id: str
+    attempt: int
+    node: int
+    devices: list[str]
 
 
 class WorkerRecord(WorkerPublic):
@@ -217,6 +230,10 @@ class WorkerRecord(WorkerPublic):
 
     # The UUIDs of its GPUs, in the order of `devices` (worker/devices.py).
     gpu_uuids: list[str] = []
+    # Its own RQ queue, on which the dispatcher hands it jobs (docs/scheduling.md).
+    dispatch_queue: str | None = None
+    # The pool of devices it shares with the other workers of its host in that pool.
+    pool: str | None = None
 
 
 class WorkersPublic(BaseModel):

@@ -3,7 +3,7 @@
 import socket
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -141,6 +141,23 @@ class Settings(BaseSettings):
     s3_presigned_downloads: bool = False
     s3_presign_ttl_s: int = Field(default=300, ge=1, le=7 * 24 * 3600)
     checkpoint_upload_retry_s: float = Field(default=300.0, ge=0)
+    # Scheduling (docs/scheduling.md): `fifo`, each queue first in first out to whichever
+    # worker takes it; `dispatcher`, admitted by the API's dispatcher onto free devices, by
+    # priority, fair share and quotas (per-owner weights and quotas: /v1/policies).
+    scheduler: Literal["fifo", "dispatcher"] = "fifo"
+    # How long the dispatcher's lease lasts unless renewed, and its pass when nothing wakes it.
+    dispatch_lease_s: float = Field(default=10.0, gt=0)
+    dispatch_interval_s: float = Field(default=1.0, gt=0)
+    # The highest `priority` a user may give (an owner's policy may say otherwise).
+    max_user_priority: int = Field(default=0, ge=-1000, le=1000)
+    # Recent usage (device-seconds) halves every this long, for fair share.
+    fair_share_half_life_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    # The period of the device-hours quota, and of GET /v1/usage by default.
+    quota_period_s: float = Field(default=24 * 3600.0, gt=0)
+    # A job that cannot start for this long gets workers held for it (no starvation).
+    starvation_after_s: float = Field(default=600.0, gt=0)
+    # Whether a queued job may stop running jobs of lower priority to take their devices.
+    preemption: bool = False
 
     @field_validator("allowed_queues", "forbidden_env", "pip_find_links", mode="before")
     @classmethod

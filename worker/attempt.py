@@ -25,6 +25,7 @@ from service.artifacts import store_for
 from service.db import session_scope
 from service.executor import Executor, submit_retry
 from service.models import Job, utcnow
+from service.scheduling.admission import reservations_of
 from service.store import (
     AttemptEnd,
     NodeSeat,
@@ -142,6 +143,8 @@ class TakenAttempt:
     worker_name: str
     spec: dict[str, Any]
     rendezvous: Rendezvous | None
+    # The devices the dispatcher reserved for this node (None: not dispatched).
+    reserved: tuple[str, ...] | None = None
 
 
 def run_attempt(
@@ -197,8 +200,9 @@ def take_attempt(
     if spec is None:
         log.info("%s: not to be run any more; skipped", ref)
         return None
+    reserved = reserved_for(services, ref)
     if seat is None or ref.node is None:
-        return TakenAttempt(ref, worker_name, spec, None)
+        return TakenAttempt(ref, worker_name, spec, None, reserved)
     rendezvous = Rendezvous(
         endpoint=seat.endpoint,
         is_host=seat.is_host,
@@ -206,7 +210,17 @@ def take_attempt(
         timeout_s=seat.rendezvous_timeout_s or settings.rendezvous_timeout_s,
         node=ref.node,
     )
-    return TakenAttempt(ref, worker_name, seat.spec, rendezvous)
+    return TakenAttempt(ref, worker_name, seat.spec, rendezvous, reserved)
+
+
+def reserved_for(services: AttemptServices, ref: AttemptRef) -> tuple[str, ...] | None:
+    """The devices the dispatcher reserved for this node of the attempt, if it did."""
+    if services.settings.scheduler != "dispatcher":
+        return None
+    with services.engine.connect() as connection:
+        found = reservations_of(connection, ref.job_id, ref.attempt)
+    node = ref.node or 0
+    return next((r.devices for r in found if r.node == node), None)
 
 
 def run_taken(
@@ -288,6 +302,7 @@ def _run(
             rendezvous=taken.rendezvous,
             python=str(environment.python) if environment is not None else None,
             store=artifacts,
+            reserved=taken.reserved,
         )
         owner = _owner(services.engine, ref.job_id) if can_switch_users() else None
         if owner is not None:

@@ -20,7 +20,7 @@ from sqlalchemy.pool import Pool
 from jobs.states import AttemptRef
 from service.db import make_engine
 from service.executor import Executor
-from service.queue import RQExecutor
+from service.scheduling.executor import make_executor
 from service.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -100,5 +100,6 @@ class WorkerContext:
 
     def services(self) -> AttemptServices:
         settings = self.settings
-        executor = RQExecutor(self.redis(), grace_s=settings.cancel_grace_s)
-        return AttemptServices(self.engine(), settings, executor)
+        engine = self.engine()
+        executor = make_executor(settings, self.redis(), engine)
+        return AttemptServices(engine, settings, executor)

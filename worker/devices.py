@@ -339,3 +339,18 @@ def worker_devices(cuda: CudaInfo) -> WorkerDevices:
     """The devices of this worker: those assigned, else (a job run outside `launchbay
     worker`, as in tests) the defaults for what `cuda` says."""
     return _assigned if _assigned is not None else default_devices(cuda)
+
+
+def reserved_devices(own: WorkerDevices, ids: Sequence[str]) -> WorkerDevices:
+    """The devices the dispatcher reserved for one attempt, out of this worker's own."""
+    if own.gpus:
+        return WorkerDevices(gpus=tuple(ids))
+    return WorkerDevices(cpu_slots=len(ids))
+
+
+def slot_cores(ids: Sequence[str]) -> list[int]:
+    """The cores the CPU slots `cpu:<n>` run on: slot n on this process's n-th usable core,
+    round the cores again when there are more slots than cores."""
+    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    slots = [int(i[len(CPU_SLOT_PREFIX) :]) for i in ids if i.startswith(CPU_SLOT_PREFIX)]
+    return sorted({usable[slot % len(usable)] for slot in slots})

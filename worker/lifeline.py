@@ -24,6 +24,8 @@ PR_SET_PDEATHSIG = 1
 LAUNCHER_PID_ENV = "LAUNCHBAY_LAUNCHER_PID"
 CGROUP_ENV = "LAUNCHBAY_CGROUP"
 CGROUP_WAIT_S = 30.0
+# Cores to pin the command to (`0,1`), when its devices are CPU slots (`worker.devices`).
+CPU_AFFINITY_ENV = "LAUNCHBAY_CPU_AFFINITY"
 USAGE = "usage: lifeline.py PARENT_PID SIGNAL -- COMMAND [ARGS...]"
 
 
@@ -56,6 +58,13 @@ def wait_for_cgroup() -> None:
     sys.exit(f"lifeline: not moved into the job cgroup {suffix}")
 
 
+def pin_cpus() -> None:
+    """Run on the cores CPU_AFFINITY_ENV names, if any (inherited by all the command starts)."""
+    cores = os.environ.pop(CPU_AFFINITY_ENV, "")
+    if cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {int(c) for c in cores.split(",") if c.isdigit()})
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < 4 or argv[2] != "--" or not argv[0].isdigit() or not argv[1].isdigit():
         raise SystemExit(USAGE)
@@ -64,6 +73,7 @@ def main(argv: list[str]) -> None:
     if os.getppid() != parent:
         os._exit(128 + signal_number)
     wait_for_cgroup()
+    pin_cpus()
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
     os.execvp(command[0], command)
 

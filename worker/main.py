@@ -50,6 +50,8 @@ from service.queue import (
     read_worker_records,
     save_worker,
 )
+from service.scheduling.capacity import dispatch_queue_name, is_dispatch_queue
+from service.scheduling.executor import wake_dispatcher
 from service.schemas import WorkerJob, WorkerRecord
 from service.settings import Settings, get_settings
 from worker import tasks
@@ -105,6 +107,8 @@ class LaunchbayWorker(Worker):
     devices: Sequence[str] = ("cpu:0",)
     # The UUIDs of its GPUs as CUDA reports them (none without CUDA), for the overlap check.
     gpu_uuids: Sequence[str] = ()
+    # The device pool it shares with the other workers of its host in it (docs/scheduling.md).
+    pool: str | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -152,6 +156,7 @@ class LaunchbayWorker(Worker):
             tasks.forget_claims()
             self.current = None
             self.save_record()
+            self.wake_dispatcher()
             self.after_horse()
 
     def fork_work_horse(self, job: RQJob, queue: Queue) -> None:
@@ -178,13 +183,23 @@ class LaunchbayWorker(Worker):
         gc.collect()
         tasks.spare_pools()
 
+    def wake_dispatcher(self) -> None:
+        """An attempt's task ended here: its devices may be free for the next job."""
+        try:
+            wake_dispatcher(self.connection)
+        except RedisError as exc:
+            log.warning("worker %s: cannot wake the dispatcher: %s", self.name, exc)
+
     def record(self) -> WorkerRecord:
         current = self.current
+        dispatch_queue = dispatch_queue_name(self.name)
         return WorkerRecord(
             name=self.name,
             host=self.host,
             pid=self.main_pid,
-            queues=self.queue_names(),
+            queues=[q for q in self.queue_names() if not is_dispatch_queue(q)],
+            dispatch_queue=dispatch_queue if dispatch_queue in self.queue_names() else None,
+            pool=self.pool,
             devices=list(self.devices),
             gpu_uuids=list(self.gpu_uuids),
             state="busy" if current else "idle",
@@ -228,6 +243,13 @@ class LaunchbayWorker(Worker):
             except RedisError as exc:
                 log.warning("worker %s: cannot claim its devices yet: %s", self.name, exc)
                 time.sleep(RESTART_DELAY_S)
+        if self.pool is not None:
+            # The workers of one pool share its devices on purpose; the dispatcher divides them.
+            records = [
+                r
+                for r in records
+                if not (r.get("pool") == self.pool and r.get("host") == self.host)
+            ]
         conflicts = find_gpu_conflicts(devices, self.host, records, self.name, self.gpu_uuids)
         if conflicts:
             with suppress(RedisError):
@@ -285,6 +307,7 @@ def run_worker(
     logging_level: str = "INFO",
     gpus: Sequence[str] | None = None,
     cpu_slots: int | None = None,
+    pool: str | None = None,
 ) -> bool:
     """Run a worker on `queues` until shut down (or, with `burst`, until they are empty),
     owning the CUDA devices `gpus` or `cpu_slots` CPU slots (default: `worker.devices`).
@@ -311,10 +334,12 @@ def run_worker(
     )
     check_gpus_seen(devices, cuda)
     interval = max(1, round(settings.heartbeat_interval_s))
+    name = name or default_worker_name()
     worker = LaunchbayWorker(
-        list(queues),
+        # Its own queue first: what the dispatcher admitted here (docs/scheduling.md).
+        [dispatch_queue_name(name), *queues],
         connection=Redis.from_url(settings.redis_url),
-        name=name or default_worker_name(),
+        name=name,
         # RQ's dequeue waits worker_ttl - 15 s, then heartbeats: every `interval`.
         worker_ttl=interval + 15,
         job_monitoring_interval=interval,
@@ -322,6 +347,7 @@ def run_worker(
     worker.horse_stop_timeout_s = settings.cancel_grace_s + 20.0
     worker.heartbeat_interval_s = settings.heartbeat_interval_s
     worker.host = settings.worker_host
+    worker.pool = pool
     if devices.gpus and cuda.available:
         worker.gpu_uuids = cuda.uuids[: len(devices.gpus)]
     worker.claim_devices(devices)

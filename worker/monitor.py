@@ -31,6 +31,7 @@ from jobs.spec import JobSpec
 from jobs.states import AttemptRef, ExitReason, JobState
 from service.artifacts import store_for
 from service.db import session_scope
+from service.scheduling.preemption import preemption_of
 from service.settings import Settings
 from service.store import (
     AttemptSuperseded,
@@ -341,6 +342,15 @@ class AttemptMonitor:
             tries=2,
         )
 
+    def _preempted_by(self) -> str | None:
+        """The dispatcher's message when the cancel was a preemption, else None."""
+        try:
+            with session_scope(self.engine) as session:
+                return preemption_of(session, self.job_id, self.attempt)
+        except SQLAlchemyError as exc:
+            log.warning("%s: cannot read why it was stopped: %s", self.ref, exc)
+            return None
+
     def _runs_rank_0(self) -> bool:
         """Whether rank 0, the one that reports progress, runs here: always on a single node;
         on the node whose ranks include global rank 0 for a multi-node job (torchrun assigns
@@ -359,6 +369,9 @@ class AttemptMonitor:
         if stop is StopReason.LOST:
             return None
         if stop is StopReason.CANCEL:
+            preempted_by = self._preempted_by()
+            if preempted_by is not None:
+                return Outcome(JobState.FAILED, ExitReason.PREEMPTED, returncode, preempted_by)
             return Outcome(
                 JobState.CANCELLED, ExitReason.CANCELLED, returncode, "cancelled on request"
             )

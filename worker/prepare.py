@@ -13,16 +13,25 @@ import socket
 import stat
 import sys
 import uuid
+from collections.abc import Sequence
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
 from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
+from jobs.contract import env as rank_env
 from jobs.spec import JobSpec
 from jobs.startup_env import startup_env_names
 from service.artifacts import ArtifactStore, LocalStore
-from worker.devices import CudaInfo, worker_devices
+from worker.devices import (
+    CudaInfo,
+    WorkerDevices,
+    reserved_devices,
+    slot_cores,
+    worker_devices,
+)
 from worker.devices import detect_cuda as detect_cuda  # where attempt.py and main.py find it
 from worker.fetch import find_resume_checkpoint
 from worker.launch import (
@@ -32,6 +41,7 @@ from worker.launch import (
     RunPaths,
     build_launch,
 )
+from worker.lifeline import CPU_AFFINITY_ENV
 
 
 class LaunchProblem(Exception):
@@ -51,7 +61,7 @@ def parse_spec(raw: dict[str, object]) -> JobSpec:
         raise LaunchProblem(f"the job spec is no longer valid here: {exc}") from None
 
 
-def check_resources(spec: JobSpec, cuda: CudaInfo) -> None:
+def check_resources(spec: JobSpec, cuda: CudaInfo, devices: WorkerDevices | None = None) -> None:
     """Refuse what this worker cannot run. A job takes `nproc_per_node` of the worker's
     devices (`worker.devices`: its GPUs, else its CPU slots), whatever its launcher (the
     python launcher's one process may start that many of its own) and its `device`."""
@@ -60,7 +70,7 @@ def check_resources(spec: JobSpec, cuda: CudaInfo) -> None:
     uses_cuda = spec.uses_cuda(cuda.available)
     if spec.backend == "nccl" and not uses_cuda:
         raise LaunchProblem("backend=nccl needs CUDA devices; use gloo (or auto) on CPU")
-    devices = worker_devices(cuda)
+    devices = devices or worker_devices(cuda)
     if spec.nproc_per_node > devices.count:
         # Not lowered to fit: the spec (nproc_per_node 2 by default) says what was accepted
         # and a retry elsewhere may fit; the message says what to change.
@@ -167,12 +177,16 @@ def prepare_attempt(
     rendezvous: Rendezvous | None = None,
     python: str | None = None,
     store: ArtifactStore | None = None,
+    reserved: Sequence[str] | None = None,
 ) -> LaunchPlan:
     """Check, make the directories, copy the code and build the launch plan (of one node,
     meeting the others at `rendezvous`, for a multi-node job), run by `python` (the job's own
-    environment's interpreter; by default the worker's). The checkpoint to resume from is
-    fetched from `store` (default: the data dir) when this worker does not hold it."""
-    check_resources(spec, cuda)
+    environment's interpreter; by default the worker's), on the devices the dispatcher
+    `reserved` for it (by default the worker's first `nproc_per_node`). The checkpoint to
+    resume from is fetched from `store` (default: the data dir) when this worker does not
+    hold it."""
+    devices = None if reserved is None else reserved_devices(worker_devices(cuda), reserved)
+    check_resources(spec, cuda, devices)
     if startup_env_names(spec.env):  # a spec stored before the API refused these names
         names = ", ".join(startup_env_names(spec.env))
         raise LaunchProblem(f"the job's env sets variables no job may set: {names}")
@@ -182,7 +196,7 @@ def prepare_attempt(
     if spec.code is not None:
         shared = paths.data_dir / "runs" / job_id / "code"
         prepare_code(code_store, spec.code.code_id, paths.code_dir, spec.code.entrypoint, shared)
-    return build_launch(
+    plan = build_launch(
         spec,
         job_id=job_id,
         attempt=attempt,
@@ -197,5 +211,13 @@ def prepare_attempt(
         recipe_module=module,
         default_collective_timeout_s=collective_timeout_s,
         rendezvous=rendezvous,
-        gpus=worker_devices(cuda).gpus,
+        gpus=(devices or worker_devices(cuda)).gpus,
     )
+    if reserved is None or (devices is not None and devices.gpus):
+        return plan
+    # CPU slots: the job's processes see, and are pinned to, its own (`worker.lifeline`).
+    pinned = {
+        rank_env.CPU_SLOTS: ",".join(reserved),
+        CPU_AFFINITY_ENV: ",".join(str(c) for c in slot_cores(reserved)),
+    }
+    return replace(plan, env={**plan.env, **pinned})

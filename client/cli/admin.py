@@ -105,3 +105,38 @@ def token_revoke(ctx: typer.Context, name: Annotated[str, typer.Argument()]) -> 
     with state_of(ctx).client() as lb:
         lb.revoke_token(name)
     out().print(f"revoked token {name}")
+
+
+@app.command()
+def queue(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """List the jobs waiting to run, in the order they will run, with why each waits."""
+    with state_of(ctx).client() as lb:
+        waiting = lb.get_queue()
+    if as_json:
+        print_json(waiting)
+        return
+    out().print(render.queue_table(render.plain(waiting.items), waiting.total))
+
+
+@app.command()
+def usage(
+    ctx: typer.Context,
+    owner: Annotated[str | None, typer.Option("--owner", help="Only this owner (admins).")] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="From when, ISO 8601 (default: one quota period ago)."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show the device-seconds each owner's jobs held."""
+    with state_of(ctx).client() as lb:
+        used = lb.get_usage(owner=owner, since=since)
+    if as_json:
+        print_json(used)
+        return
+    rows = render.plain(used.items)
+    for row in rows:
+        row["device_hours"] = f"{row['device_seconds'] / 3600:.3f}"
+    caption = f"since {used.since.isoformat()}"
+    out().print(render.records_table(rows, ["owner", "device_seconds", "device_hours", "jobs"]))
+    out().print(caption)

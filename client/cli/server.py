@@ -49,6 +49,15 @@ def worker(
             help="CPU slots of a worker without GPUs (default: the cores it may use).",
         ),
     ] = None,
+    pool: Annotated[
+        str | None,
+        typer.Option(
+            "--pool",
+            help="Share these devices with the other workers of this host in the same pool: "
+            "under the dispatcher, each runs one job on the devices reserved for it, so a "
+            "pool of N workers runs up to N jobs at once (docs/scheduling.md).",
+        ),
+    ] = None,
     check: Annotated[
         bool,
         typer.Option(
@@ -83,7 +92,9 @@ def worker(
     from worker.main import run_worker
 
     try:
-        run_worker(queues=queue or ["default"], burst=burst, gpus=gpu_ids, cpu_slots=slots)
+        run_worker(
+            queues=queue or ["default"], burst=burst, gpus=gpu_ids, cpu_slots=slots, pool=pool
+        )
     except DevicesTaken as exc:
         err().print(f"error: {exc}")
         raise typer.Exit(EXIT_FAILED) from None

@@ -18,3 +18,6 @@ LOG_DIR = "LAUNCHBAY_LOG_DIR"
 OUTPUT_DIR = "LAUNCHBAY_OUTPUT_DIR"
 # Which node of a multi-node job the rank runs on.
 NODE = "LAUNCHBAY_NODE"
+# The CPU slots a job was given on a worker without GPUs (`cpu:0,cpu:1`), under the dispatcher;
+# its processes are pinned to the matching cores.
+CPU_SLOTS = "LAUNCHBAY_CPU_SLOTS"

@@ -31,6 +31,7 @@ from service.errors import (
 )
 from service.executor import ExecutorUnavailable
 from service.models import Job
+from service.scheduling.submission import check_schedulable
 from service.schemas import JobPublic, JobsPublic
 
 log = logging.getLogger("launchbay.api")
@@ -61,6 +62,7 @@ def submit_job(
     idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
 ) -> JobPublic:
     spec = policy.apply_submission_policy(spec, principal, settings)
+    check_schedulable(session, redis, spec, principal, settings)
     if spec.code is not None:
         owner = None if principal.is_admin else principal.name
         code_store.check_code_ref(session, settings.code_dir, spec.code, owner=owner)

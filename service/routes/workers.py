@@ -8,7 +8,8 @@ from service.deps import CurrentPrincipal, RedisDep, SessionDep
 from service.errors import ServiceUnavailable
 from service.models import Job
 from service.queue import load_worker_records
-from service.schemas import WorkerPublic, WorkersPublic
+from service.scheduling.capacity import active_reservations, reservations_by_worker
+from service.schemas import WorkerPublic, WorkerReservation, WorkersPublic
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"])
 
@@ -27,11 +28,21 @@ def list_workers(
             detail={"redis": f"error: {type(exc).__name__}"},
         ) from exc
     workers: list[WorkerPublic] = list(records)
+    held = reservations_by_worker(active_reservations(session.connection()))
+    for w in workers:
+        w.reservations = [
+            WorkerReservation(
+                job_id=r.job_id, attempt=r.attempt, node=r.node, devices=list(r.devices)
+            )
+            for r in held.get(w.name, [])
+        ]
     if not principal.is_admin:
         running = [w.current_job.id for w in workers if w.current_job is not None]
+        running += [r.job_id for w in workers for r in w.reservations]
         stmt = select(Job.id).where(col(Job.id).in_(running), Job.owner == principal.name)
         visible = set(session.exec(stmt).all()) if running else set()
         for w in workers:
             if w.current_job is not None and w.current_job.id not in visible:
                 w.current_job = None
+            w.reservations = [r for r in w.reservations if r.job_id in visible]
     return WorkersPublic(items=workers)

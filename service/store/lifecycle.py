@@ -33,6 +33,7 @@ RETRYABLE_EXIT_REASONS = frozenset(
         ExitReason.HANG,
         ExitReason.WORKER_LOST,
         ExitReason.RENDEZVOUS_TIMEOUT,
+        ExitReason.PREEMPTED,
     }
 )
 
@@ -219,17 +220,24 @@ def requeue(
     if job is None or job.attempt != attempt:
         return None
     max_retries = job.job_spec().max_retries
-    if attempt > max_retries:
+    preempted = exit_reason is ExitReason.PREEMPTED
+    # A preemption is the scheduler's doing: it uses none of the job's retries, and it stops
+    # the attempt through `cancelling`.
+    if not preempted and attempt - job.preemptions > max_retries:
         return None
+    from_states = [JobState.STARTING, JobState.RUNNING]
     stmt = update(Job).where(
         col(Job.id) == job_id,
         col(Job.attempt) == attempt,
-        col(Job.state).in_([JobState.STARTING, JobState.RUNNING]),
+        col(Job.state).in_([*from_states, JobState.CANCELLING] if preempted else from_states),
     )
     if lost_before is not None:
         stmt = stmt.where(last_sign_of_life() < lost_before)
     note = f"retry {attempt} of {max_retries}: attempt {attempt} ended with {exit_reason}"
+    if preempted:
+        note = f"attempt {attempt} was preempted; queued again (no retry used)"
     values = {
+        "preemptions": col(Job.preemptions) + int(preempted),
         "state": JobState.QUEUED,
         "attempt": attempt + 1,
         "started_at": None,

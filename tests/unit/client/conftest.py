@@ -95,6 +95,8 @@ def job(job_id: str = "j1", state: str = "running", **fields: Any) -> dict[str, 
         "exit_reason": None,
         "message": None,
         "worker": None,
+        "queue_position": None,
+        "pending_reason": None,
         **fields,
     }
 

@@ -360,16 +360,25 @@ def test_worker_command_calls_run_worker_lazily(
     monkeypatch.setitem(sys.modules, "worker.main", fake)
     result = launchbay(api, "worker", "--queue", "gpu", "--queue", "cpu", "--burst", "--gpus", "1")
     assert result.exit_code == 0, result.output
-    assert calls == [{"queues": ["gpu", "cpu"], "burst": True, "gpus": ("1",), "cpu_slots": None}]
+    assert calls == [
+        {"queues": ["gpu", "cpu"], "burst": True, "gpus": ("1",), "cpu_slots": None, "pool": None}
+    ]
     assert launchbay(api, "worker", "--gpus", " 2, 3").exit_code == 0
     assert calls[-1] == {
         "queues": ["default"],
         "burst": False,
         "gpus": ("2", "3"),
         "cpu_slots": None,
+        "pool": None,
     }
-    assert launchbay(api, "worker", "--slots", "3").exit_code == 0
-    assert calls[-1] == {"queues": ["default"], "burst": False, "gpus": None, "cpu_slots": 3}
+    assert launchbay(api, "worker", "--slots", "3", "--pool", "p").exit_code == 0
+    assert calls[-1] == {
+        "queues": ["default"],
+        "burst": False,
+        "gpus": None,
+        "cpu_slots": 3,
+        "pool": "p",
+    }
 
 
 @pytest.mark.parametrize(

@@ -190,6 +190,10 @@ function summaryItems(job) {
     ["Duration", formatDuration(duration)],
     ["Progress", progressCell(job.progress.step, job.progress.total_steps)],
   ];
+  if (job.pending_reason) {
+    items.push(["Queue position", String(job.queue_position)]);
+    items.push(["Waiting because", h("span", { class: "pending-reason" }, job.pending_reason)]);
+  }
   if (job.exit_code !== null) items.push(["Exit code", String(job.exit_code)]);
   if (job.exit_reason) items.push(["Exit reason", job.exit_reason]);
   if (job.message) items.push(["Message", h("span", { class: "message" }, job.message)]);

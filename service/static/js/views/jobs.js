@@ -197,15 +197,16 @@ function updateRow(row, job, now) {
   row.tr.dataset.state = job.state;
   row.link.textContent = job.name;
   setOnce(row.badge, job.state, () => stateBadge(job.state));
-  // Why it ended: the exit reason and the first line of the message (all of it on hover).
-  const message = firstLine(job.message);
-  const outcomeKey = `${job.exit_reason}|${job.message}`;
+  // Why it ended: the exit reason and the first line of the message (all of it on hover);
+  // while it waits, its place in the queue and why.
+  const message = job.pending_reason ? `#${job.queue_position}: ${job.pending_reason}` : firstLine(job.message);
+  const outcomeKey = `${job.exit_reason}|${job.message}|${message}`;
   setOnce(row.outcome, outcomeKey, () =>
     h(
       "span",
-      { title: job.message || "" },
+      { title: job.pending_reason || job.message || "" },
       job.exit_reason && job.exit_reason !== "completed" ? h("span", { class: "exit-reason" }, job.exit_reason) : null,
-      message ? h("span", { class: "message-line" }, message) : null,
+      message ? h("span", { class: "message-line pending-reason" }, message) : null,
     ),
   );
   row.outcome.hidden = !((job.exit_reason && job.exit_reason !== "completed") || message);

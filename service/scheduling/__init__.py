@@ -1,0 +1,13 @@
+"""The dispatcher (docs/scheduling.md): one API process at a time admits queued jobs onto
+specific devices of specific workers, by priority, fair share and quotas, all nodes of a job
+at once, then hands each node to its worker.
+
+    planner     what to admit now, and why each other job waits (pure, no I/O)
+    capacity    the workers' capacity records and what is reserved on them
+    usage       device-seconds per owner: decayed for fair share, per period for quotas
+    policies    owners' weights, quotas and priority limits (database rows, admin routes)
+    lease       the leader lease with its fencing token
+    admission   the transaction that admits, checked against the lease
+    executor    the RQ executor whose `submit` wakes the dispatcher
+    dispatcher  the thread in each API process that takes the lease and dispatches
+"""

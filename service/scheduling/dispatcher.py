@@ -1,0 +1,276 @@
+"""The dispatcher: a thread in every API process; the one holding the lease (`lease`)
+dispatches, the others wait to take over. A pass runs when something wakes it (a
+submission, the end of any attempt: `executor.wake_dispatcher`), else every
+`dispatch_interval_s`:
+
+1. read the live workers (Redis) and the reservations, queue, usage and policies (database);
+2. plan (`planner.plan_dispatch`), outside any write transaction;
+3. in one transaction checked against the lease's fencing token (`admission.admit`): release
+   the reservations whose attempt is over, reserve the devices of every admitted job, ask
+   preempted jobs to stop, show each waiting job's position and reason;
+4. after the commit, hand each admitted node to its worker (`executor.hand_over`).
+
+A dispatcher that dies between 3 and 4 leaves admitted jobs without tasks: the reaper
+finds them (`DispatchExecutor.describe`) and hands them over again.
+"""
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from redis import Redis
+from redis.exceptions import RedisError
+from sqlalchemy import Connection
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import Session
+
+from jobs.states import JobState
+from service.executor import ExecutorUnavailable
+from service.models import Job, utcnow
+from service.scheduling import admission
+from service.scheduling.capacity import (
+    ActiveReservation,
+    active_reservations,
+    live_capacity,
+    live_lanes,
+)
+from service.scheduling.executor import WAKE_KEY, hand_over
+from service.scheduling.lease import Lease, LeaseLost, new_holder_name, release_lease, take_lease
+from service.scheduling.planner import (
+    InUse,
+    OwnerUsage,
+    Placement,
+    Plan,
+    QueuedJob,
+    WorkerCapacity,
+    plan_dispatch,
+)
+from service.scheduling.policies import Policies, load_policies
+from service.scheduling.preemption import PREEMPTED_MESSAGE, preemption_message
+from service.scheduling.routing import queues_scheduled_elsewhere
+from service.scheduling.usage import usage_since
+from service.settings import Settings
+from service.store.lifecycle import transition
+
+log = logging.getLogger("launchbay.dispatcher")
+
+
+@dataclass
+class PassReport:
+    admitted: list[str] = field(default_factory=list)
+    waiting: int = 0
+    released: int = 0
+    preempted: list[str] = field(default_factory=list)
+    # Seconds the decision itself took (reading excluded): the planner.
+    decision_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    workers: list[WorkerCapacity]
+    reserved_jobs: dict[str, admission.ReservedJob]
+    stale: list[ActiveReservation]
+    held: list[ActiveReservation]
+    waiting: list[admission.WaitingRow]
+    usage: dict[str, OwnerUsage]
+    policies: Policies
+
+
+@dataclass
+class Dispatcher:
+    engine: Engine
+    redis: Redis
+    settings: Settings
+    holder: str = field(default_factory=new_holder_name)
+    lease: Lease | None = None
+    renewed_at: float = 0.0
+    # What the planner needs of each queued job's spec, read once (`admission.load_queue`).
+    known_specs: dict[str, admission.SpecFacts] = field(default_factory=dict)
+    # (monotonic time read, the live workers then): `_capacity`.
+    capacity: tuple[float, list[WorkerCapacity]] | None = None
+    # (monotonic time read, owners' recent usage, policies): `_read`.
+    history: tuple[float, dict[str, OwnerUsage], Policies] | None = None
+
+    def keep_lease(self) -> Lease | None:
+        """Hold (renew, or take over) the lease; None while another process holds it."""
+        now = time.monotonic()
+        if self.lease is not None and now - self.renewed_at < self.settings.dispatch_lease_s / 3:
+            return self.lease
+        with self.engine.begin() as connection:
+            lease = take_lease(connection, self.holder, self.settings.dispatch_lease_s)
+        if lease is not None and (self.lease is None or lease.token != self.lease.token):
+            log.info("dispatcher %s leads (fencing token %d)", self.holder, lease.token)
+        self.lease, self.renewed_at = lease, now
+        return lease
+
+    def run_pass(self, lease: Lease) -> PassReport:
+        """One pass (see the module docstring); `LeaseLost` when the lease went elsewhere."""
+        settings, report = self.settings, PassReport()
+        now = utcnow()
+        seen = self._read(now)
+        started = time.perf_counter()
+        plan = plan_dispatch(
+            [w.job for w in seen.waiting],
+            seen.workers,
+            [InUse(r.worker, r.devices) for r in seen.held],
+            seen.usage,
+            seen.policies.by_owner,
+            default_limits=seen.policies.default,
+            now=now.timestamp(),
+            starvation_after_s=settings.starvation_after_s,
+            quota_period_s=settings.quota_period_s,
+            running=admission.running_jobs(seen.held, seen.reserved_jobs, PREEMPTED_MESSAGE),
+            preemption=settings.preemption,
+        )
+        report.decision_s = time.perf_counter() - started
+        with self.engine.begin() as connection:
+            admission.release(connection, seen.stale, seen.reserved_jobs, now)
+            admitted = admission.admit(
+                connection, lease, settings.dispatch_lease_s, plan.admitted, now
+            )
+            report.preempted = self._preempt(connection, plan)
+        # Handed over before the positions are written: the launch waits for nothing else.
+        placements = {job.id: places for job, places in plan.admitted}
+        for job, spec in admitted:
+            report.admitted.append(job.id)
+            self._hand_over(job, spec, placements[job.id])
+        with self.engine.begin() as connection:
+            admission.show_waiting(connection, {w.job.id: w for w in seen.waiting}, plan.waiting)
+        report.released, report.waiting = len(seen.stale), len(plan.waiting)
+        return report
+
+    def _read(self, now: datetime) -> "Snapshot":
+        """What a pass decides on: live workers, reservations (those to release apart), the
+        queue, usage and policies."""
+        settings = self.settings
+        workers = self._capacity()
+        with self.engine.connect() as connection:
+            reservations = active_reservations(connection)
+            reserved_jobs = admission.load_reserved_jobs(connection, reservations)
+            stale = admission.stale_reservations(reservations, reserved_jobs, live_lanes(workers))
+            stale_keys = {(r.job_id, r.attempt, r.node) for r in stale}
+            held = [r for r in reservations if (r.job_id, r.attempt, r.node) not in stale_keys]
+            waiting = admission.load_queue(
+                connection,
+                {(r.job_id, r.attempt) for r in held},
+                self.known_specs,
+                queues_scheduled_elsewhere(settings),
+            )
+            # Read again when an attempt ended (its usage is final now) or a pass interval on.
+            history = self.history
+            if (
+                stale
+                or history is None
+                or time.monotonic() - history[0] >= settings.dispatch_interval_s
+            ):
+                usage = usage_since(
+                    connection, now, settings.fair_share_half_life_s, settings.quota_period_s
+                )
+                history = self.history = (time.monotonic(), usage, load_policies(connection))
+        _, past, policies = history
+        # Recent usage and policies as read at most a pass interval ago; held devices now.
+        usage = {owner: OwnerUsage(0, u.decayed_s, u.period_s) for owner, u in past.items()}
+        for r in held:
+            usage.setdefault(r.owner, OwnerUsage()).held_devices += len(r.devices)
+        return Snapshot(workers, reserved_jobs, stale, held, waiting, usage, policies)
+
+    def _capacity(self) -> list[WorkerCapacity]:
+        """The live workers, read at most once per `dispatch_interval_s`: a pass woken by a
+        submission does not wait for Redis to list them again. A worker gone since is
+        caught by its reservation's release (`admission.stale_reservations`)."""
+        now = time.monotonic()
+        if self.capacity is None or now - self.capacity[0] >= self.settings.dispatch_interval_s:
+            self.capacity = (now, live_capacity(self.redis))
+        return self.capacity[1]
+
+    def _preempt(self, connection: Connection, plan: Plan) -> list[str]:
+        """Ask each victim to stop through its `cancelling` state (with its state event), and
+        a message that tells its worker to record the attempt as `preempted`."""
+        stopped = []
+        session = Session(bind=connection)
+        for victim, for_job in plan.preempt:
+            if transition(
+                session,
+                victim.id,
+                JobState.CANCELLING,
+                attempt=victim.attempt,
+                message=preemption_message(for_job),
+            ):
+                log.info("job %s preempted for job %s", victim.id, for_job)
+                stopped.append(victim.id)
+        session.flush()
+        return stopped
+
+    def _hand_over(self, queued: QueuedJob, spec: dict[str, Any], places: list[Placement]) -> None:
+        job = Job.model_construct(
+            id=queued.id, attempt=queued.attempt, spec=spec, queue=queued.queue
+        )
+        reservations = [
+            admission.ActiveReservation(
+                queued.id, queued.attempt, p.node, queued.owner, p.worker, p.devices
+            )
+            for p in places
+        ]
+        try:
+            hand_over(self.redis, job, reservations, grace_s=self.settings.cancel_grace_s)
+        except (RedisError, ExecutorUnavailable) as exc:
+            # Reserved, without a task: the reaper hands it over again.
+            log.warning("job %s admitted but not handed over yet: %s", job.id, exc)
+
+    def wait_for_wake(self, timeout_s: float) -> None:
+        self.redis.blpop([WAKE_KEY], timeout=timeout_s)
+
+    def give_up(self) -> None:
+        if self.lease is None:
+            return
+        try:
+            with self.engine.begin() as connection:
+                release_lease(connection, self.lease)
+        except SQLAlchemyError as exc:
+            log.warning("dispatcher lease not given up: %s", exc)
+        self.lease = None
+
+
+class DispatcherThread(threading.Thread):
+    """Runs a `Dispatcher` until stopped: passes while it leads, else tries to take over."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        super().__init__(name="launchbay-dispatcher", daemon=True)
+        timeout = settings.dispatch_interval_s + 5
+        redis = Redis.from_url(settings.redis_url, socket_timeout=timeout, socket_connect_timeout=2)
+        self.dispatcher = Dispatcher(engine, redis, settings)
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        dispatcher, settings = self.dispatcher, self.dispatcher.settings
+        while not self.stopping.is_set():
+            try:
+                lease = dispatcher.keep_lease()
+                if lease is None:
+                    self.stopping.wait(min(1.0, settings.dispatch_lease_s / 3))
+                    continue
+                report = dispatcher.run_pass(lease)
+                if report.admitted or report.preempted:
+                    log.info(
+                        "admitted %s; preempted %s; %d waiting",
+                        report.admitted,
+                        report.preempted,
+                        report.waiting,
+                    )
+                dispatcher.wait_for_wake(settings.dispatch_interval_s)
+            except LeaseLost as exc:
+                log.warning("%s", exc)
+                dispatcher.lease = None
+            except (SQLAlchemyError, RedisError) as exc:
+                log.warning("dispatch pass failed: %s", exc)
+                self.stopping.wait(1.0)
+        dispatcher.give_up()
+        dispatcher.redis.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=self.dispatcher.settings.dispatch_interval_s + 10)

@@ -1,0 +1,150 @@
+"""The executor under the dispatcher: RQ, where `submit` of a job no reservation holds yet
+wakes the dispatcher instead of enqueueing, and the nodes of an admitted job go each to the
+RQ queue of the worker reserved for it (`capacity.dispatch_queue_name`).
+
+This is the dispatcher's one entry from the rest of Launchbay: the API's submit and the
+retry of an attempt (`service.executor.submit_retry`) call `submit`, the reaper `describe`
+and `resubmit`, a cancel `cancel`; `make_executor` picks it when LAUNCHBAY_SCHEDULER is
+`dispatcher`.
+"""
+
+from collections.abc import Sequence
+
+from redis import Redis
+from redis.exceptions import RedisError
+from rq import Queue
+from rq.job import Job as RQJob
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+
+from jobs.states import JobState
+from service.executor import Executor, ExecutorUnavailable, TaskStatus
+from service.models import Job, JobReservation
+from service.queue import (
+    KEY_PREFIX,
+    RUN_JOB_TASK,
+    RQExecutor,
+    attempt_tasks,
+    rq_timeout_for,
+    task_statuses,
+)
+from service.scheduling.admission import reservations_of
+from service.scheduling.capacity import ActiveReservation, dispatch_queue_name
+from service.settings import Settings
+
+WAKE_KEY = f"{KEY_PREFIX}:dispatch:wake"
+
+
+def wake_dispatcher(redis: Redis) -> None:
+    """Ask the dispatcher for a pass now (a list of at most one item it blocks on)."""
+    with redis.pipeline(transaction=False) as pipe:
+        pipe.lpush(WAKE_KEY, 1)
+        pipe.ltrim(WAKE_KEY, 0, 0)
+        pipe.execute()
+
+
+def hand_over(
+    redis: Redis,
+    job: Job,
+    reservations: Sequence[ActiveReservation],
+    *,
+    grace_s: float,
+    only: Sequence[str] | None = None,
+) -> None:
+    """Enqueue each node's task of the job's attempt on its reserved worker's own queue."""
+    worker_of = {r.node: r.worker for r in reservations}
+    by_queue: dict[str, list[object]] = {}
+    for rq_id, args in attempt_tasks(job):
+        if only is not None and rq_id not in only:
+            continue
+        node = int(args[2]) if len(args) > 2 else 0
+        worker = worker_of.get(node)
+        if worker is None:
+            continue
+        by_queue.setdefault(dispatch_queue_name(worker), []).append(
+            Queue.prepare_data(
+                RUN_JOB_TASK,
+                args,
+                job_id=rq_id,
+                timeout=rq_timeout_for(job, grace_s),
+                result_ttl=3600,
+                failure_ttl=7 * 24 * 3600,
+                description=f"launchbay job {job.id} attempt {job.attempt} on {worker}",
+            )
+        )
+    with redis.pipeline() as pipe:
+        for name, tasks in by_queue.items():
+            Queue(name, connection=redis).enqueue_many(tasks, pipeline=pipe)  # type: ignore[arg-type]
+        pipe.execute()
+
+
+class DispatchExecutor(RQExecutor):
+    """`service.queue.RQExecutor`, with the dispatcher deciding where and when."""
+
+    def __init__(self, redis: Redis, engine: Engine, *, grace_s: float) -> None:
+        super().__init__(redis, grace_s=grace_s)
+        self.engine = engine
+
+    def _reservations(self, job: Job) -> list[ActiveReservation]:
+        with self.engine.connect() as connection:
+            return reservations_of(connection, job.id, job.attempt)
+
+    def submit(self, job: Job) -> None:
+        """A new attempt is the dispatcher's to admit: wake it. (It hands over what it admits
+        itself; the reaper hands over again what was lost: `resubmit`.)"""
+        try:
+            wake_dispatcher(self.redis)
+        except RedisError as exc:
+            raise ExecutorUnavailable(f"Redis: {exc}") from exc
+
+    def describe(self, jobs: Sequence[Job]) -> dict[str, list[TaskStatus]]:
+        """A queued job that no reservation holds is the dispatcher's: its tasks are live."""
+        described = super().describe(jobs)
+        queued = [j for j in jobs if j.state == JobState.QUEUED]
+        if not queued:
+            return described
+        table = JobReservation.__table__  # type: ignore[attr-defined]
+        with self.engine.connect() as connection:
+            held = {
+                (r.job_id, r.attempt)
+                for r in connection.execute(
+                    select(table.c.job_id, table.c.attempt).where(
+                        table.c.job_id.in_([j.id for j in queued]),
+                        table.c.released_at.is_(None),
+                    )
+                )
+            }
+        for job in queued:
+            if (job.id, job.attempt) not in held:
+                described[job.id] = [TaskStatus(t.task_id, True) for t in self.plan(job)]
+        return described
+
+    def resubmit(self, job: Job, task_ids: Sequence[str]) -> None:
+        reservations = self._reservations(job)
+        try:
+            if not reservations:
+                wake_dispatcher(self.redis)
+                return
+            for rq_id in task_ids:
+                self.redis.delete(RQJob.key_for(rq_id))
+            hand_over(self.redis, job, reservations, grace_s=self.grace_s, only=task_ids)
+        except RedisError as exc:
+            raise ExecutorUnavailable(f"Redis: {exc}") from exc
+
+    def cancel(self, job: Job) -> None:
+        """Withdraw the attempt's tasks; its devices are released at the next pass, now."""
+        super().cancel(job)
+        try:
+            wake_dispatcher(self.redis)
+        except RedisError as exc:
+            raise ExecutorUnavailable(f"Redis: {exc}") from exc
+
+
+def make_executor(settings: Settings, redis: Redis, engine: Engine) -> Executor:
+    """The executor for this configuration: RQ first in first out, or under the dispatcher."""
+    if settings.scheduler == "dispatcher":
+        return DispatchExecutor(redis, engine, grace_s=settings.cancel_grace_s)
+    return RQExecutor(redis, grace_s=settings.cancel_grace_s)
+
+
+__all__ = ["DispatchExecutor", "make_executor", "task_statuses", "wake_dispatcher"]
