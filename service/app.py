@@ -32,6 +32,7 @@ from service.routes import (
 )
 from service.schemas import ERROR_RESPONSES
 from service.settings import Settings, get_settings
+from service.stream_notifier import StreamNotifier
 
 log = logging.getLogger("launchbay.api")
 
@@ -57,9 +58,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         if settings.reaper_enabled:
             reaper.start()
+        app.state.stream_notifier = StreamNotifier(app.state.engine, settings.stream_poll_s)
+        app.state.stream_notifier.start()
         try:
             yield
         finally:
+            await app.state.stream_notifier.stop()
             if reaper.is_alive():
                 reaper.stop()
             app.state.redis.close()

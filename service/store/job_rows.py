@@ -9,7 +9,17 @@ from sqlmodel import Session, col, select
 
 from jobs.spec import JobSpec
 from jobs.states import ACTIVE_STATES, JobState
-from service.models import Checkpoint, Job, JobEvent, JobNode, LogLine, MetricPoint, utcnow
+from service.models import (
+    Checkpoint,
+    Job,
+    JobEvent,
+    JobNode,
+    JobTag,
+    LogLine,
+    MetricPoint,
+    MetricRollup,
+    utcnow,
+)
 from service.store.lifecycle import (
     JOB_TABLE,
     active_at,
@@ -41,6 +51,8 @@ def create_job(
     )
     session.add(job)
     session.flush()
+    for key, value in spec.tags.items():
+        session.add(JobTag(job_id=job.id, key=key, value=value, created_at=job.created_at))
     insert_state_event(session, job.id, JobState.QUEUED, job.attempt, 1, {})
     session.commit()
     return job
@@ -60,10 +72,16 @@ def list_jobs(
     offset: int,
     name: str | None = None,
     tags: Sequence[tuple[str, str]] = (),
-) -> tuple[list[Job], int]:
-    """Jobs newest first, and how many match in all. `owner=None` means every owner; `name`
-    and each (key, value) of `tags` narrow the list (a tag is read from the spec's JSON)."""
-    conditions = []
+    count_limit: int | None = None,
+) -> tuple[list[Job], int, bool]:
+    """Jobs newest first, how many match in all, and whether that number is an estimate.
+    `owner=None` means every owner; `name` and each (key, value) of `tags` narrow the list.
+
+    Each filter has an index that holds its jobs newest first (`Job.__table_args__`, and
+    `JobTag` for tags), so a page costs the same however many jobs there are. Counting costs
+    what it counts: with `count_limit`, at most that many matches are counted; past it the
+    total is `count_limit` and marked as an estimate (a lower bound)."""
+    conditions: list[Any] = []
     if owner is not None:
         conditions.append(col(Job.owner) == owner)
     if state is not None:
@@ -71,8 +89,8 @@ def list_jobs(
     if name is not None:
         conditions.append(col(Job.name) == name)
     for key, value in tags:
-        conditions.append(col(Job.spec)["tags"][key].as_string() == value)
-    total = session.exec(select(func.count()).select_from(Job).where(*conditions)).one()
+        tagged = select(JobTag.job_id).where(JobTag.key == key, JobTag.value == value)
+        conditions.append(col(Job.id).in_(tagged))
     stmt = (
         select(Job)
         .where(*conditions)
@@ -80,7 +98,20 @@ def list_jobs(
         .offset(offset)
         .limit(limit)
     )
-    return list(session.exec(stmt).all()), int(total)
+    rows = list(session.exec(stmt).all())
+    total, estimated = count_jobs(session, conditions, count_limit)
+    return rows, total, estimated
+
+
+def count_jobs(session: Session, conditions: list[Any], limit: int | None) -> tuple[int, bool]:
+    """How many jobs match, counting at most `limit` + 1 of them (see `list_jobs`)."""
+    if limit is None:
+        return int(
+            session.exec(select(func.count()).select_from(Job).where(*conditions)).one()
+        ), False
+    matching = select(col(Job.id)).where(*conditions).limit(limit + 1).subquery()
+    counted = int(session.exec(select(func.count()).select_from(matching)).one())
+    return (limit, True) if counted > limit else (counted, False)
 
 
 def find_lost_jobs(session: Session, lost_before: datetime, limit: int = 100) -> list[Job]:
@@ -142,7 +173,15 @@ def touch_job_heartbeat(
 
 def delete_job_rows(session: Session, job_id: str) -> None:
     """Remove a job and every row it produced, in one transaction."""
-    tables: Iterable[Any] = (JobEvent, MetricPoint, LogLine, Checkpoint, JobNode)
+    tables: Iterable[Any] = (
+        JobEvent,
+        MetricPoint,
+        MetricRollup,
+        LogLine,
+        Checkpoint,
+        JobNode,
+        JobTag,
+    )
     for table in tables:
         session.execute(delete(table).where(col(table.job_id) == job_id))
     session.execute(delete(Job).where(col(Job.id) == job_id))
