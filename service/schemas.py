@@ -93,10 +93,11 @@ class LogLinePublic(BaseModel):
 class LogsPublic(BaseModel):
     items: list[LogLinePublic]
     next_after: int
-    # With `order=desc`: the `before` of the next (older) page; null when there is none.
+    # With `order=desc`: the `before` of the next (older) page; absent when there is none.
     next_before: int | None = None
-    # Lines the job wrote past its log cap (`LAUNCHBAY_MAX_LOG_BYTES_PER_JOB`): counted only.
-    lines_dropped: int = 0
+    # Lines the job wrote past its log cap (`LAUNCHBAY_MAX_LOG_BYTES_PER_JOB`), counted but not
+    # stored; absent when none.
+    lines_dropped: int | None = None
 
 
 class NodePublic(BaseModel):

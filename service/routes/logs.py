@@ -11,7 +11,7 @@ from service.schemas import LogLinePublic, LogsPublic, NodePublic, NodesPublic
 router = APIRouter(prefix="/v1/jobs", tags=["logs"])
 
 
-@router.get("/{job_id}/logs", response_model=LogsPublic)
+@router.get("/{job_id}/logs", response_model=LogsPublic, response_model_exclude_none=True)
 def get_logs(
     job: OwnedJob,
     session: SessionDep,
@@ -48,12 +48,12 @@ def get_logs(
             items=[LogLinePublic.from_row(r) for r in rows],
             next_after=max(after, job.last_seq if before is None else before - 1),
             next_before=rows[-1].seq if len(rows) == limit else None,
-            lines_dropped=job.log_lines_dropped,
+            lines_dropped=job.log_lines_dropped or None,
         )
     return LogsPublic(
         items=[LogLinePublic.from_row(r) for r in rows],
         next_after=rows[-1].seq if rows else after,
-        lines_dropped=job.log_lines_dropped,
+        lines_dropped=job.log_lines_dropped or None,
     )
 
 

@@ -150,11 +150,11 @@ async function loadHistory(id, signal, { timeline, metricCharts, noMetrics, logs
   for (const point of metrics.items) metricCharts.add(point);
   if (metrics.items.length) noMetrics.hidden = true;
   logs.prepend(tail.items);
-  let before = tail.next_before;
+  let before = tail.next_before ?? null;
   const older = logs.setOlder(async () => {
     const page = await api.listLogs(id, { order: "desc", limit: TAIL_LINES, before }, signal);
     logs.prepend(page.items);
-    before = page.next_before;
+    before = page.next_before ?? null;
     return before !== null;
   });
   older.hidden = before === null;
