@@ -251,7 +251,9 @@ class JobTag(SQLModel, table=True):
     newest first instead of every spec's JSON. `created_at` is the job's."""
 
     __tablename__ = "job_tag"
-    __table_args__ = (Index("ix_job_tag_key_value_created", "key", "value", "created_at"),)
+    __table_args__ = (
+        Index("ix_job_tag_key_value_created", "key", "value", "created_at", "job_id"),
+    )
 
     job_id: str = Field(foreign_key="job.id", primary_key=True, max_length=32)
     key: str = Field(primary_key=True, max_length=128)

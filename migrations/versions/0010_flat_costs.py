@@ -50,7 +50,9 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["job_id"], ["job.id"]),
         sa.PrimaryKeyConstraint("job_id", "key"),
     )
-    op.create_index("ix_job_tag_key_value_created", "job_tag", ["key", "value", "created_at"])
+    op.create_index(
+        "ix_job_tag_key_value_created", "job_tag", ["key", "value", "created_at", "job_id"]
+    )
     op.create_table(
         "metric_rollup",
         sa.Column("job_id", sqlmodel.sql.sqltypes.AutoString(length=32), nullable=False),

@@ -81,6 +81,21 @@ def list_jobs(
     `JobTag` for tags), so a page costs the same however many jobs there are. Counting costs
     what it counts: with `count_limit`, at most that many matches are counted; past it the
     total is `count_limit` and marked as an estimate (a lower bound)."""
+    stmt, conditions = job_list_query(owner=owner, state=state, name=name, tags=tags)
+    rows = list(session.exec(stmt.offset(offset).limit(limit)).all())
+    total, estimated = count_jobs(session, conditions, count_limit)
+    return rows, total, estimated
+
+
+def job_list_query(
+    *,
+    owner: str | None = None,
+    state: JobState | None = None,
+    name: str | None = None,
+    tags: Sequence[tuple[str, str]] = (),
+) -> tuple[Any, list[Any]]:
+    """The SELECT of `list_jobs`, newest first, and its conditions (for counting). With tags,
+    the jobs are read through the first tag's index, which holds them newest first too."""
     conditions: list[Any] = []
     if owner is not None:
         conditions.append(col(Job.owner) == owner)
@@ -88,19 +103,22 @@ def list_jobs(
         conditions.append(col(Job.state) == state)
     if name is not None:
         conditions.append(col(Job.name) == name)
-    for key, value in tags:
+    for key, value in tags[1:]:
         tagged = select(JobTag.job_id).where(JobTag.key == key, JobTag.value == value)
         conditions.append(col(Job.id).in_(tagged))
+    if not tags:
+        stmt = select(Job).where(*conditions)
+        return stmt.order_by(col(Job.created_at).desc(), col(Job.id).desc()), conditions
+    key, value = tags[0]
+    first = (col(JobTag.key) == key, col(JobTag.value) == value)
     stmt = (
         select(Job)
-        .where(*conditions)
-        .order_by(col(Job.created_at).desc(), col(Job.id).desc())
-        .offset(offset)
-        .limit(limit)
+        .join(JobTag, col(JobTag.job_id) == col(Job.id))
+        .where(*first, *conditions)
+        .order_by(col(JobTag.created_at).desc(), col(JobTag.job_id).desc())
     )
-    rows = list(session.exec(stmt).all())
-    total, estimated = count_jobs(session, conditions, count_limit)
-    return rows, total, estimated
+    tagged = select(JobTag.job_id).where(*first)
+    return stmt, [*conditions, col(Job.id).in_(tagged)]
 
 
 def count_jobs(session: Session, conditions: list[Any], limit: int | None) -> tuple[int, bool]:
