@@ -114,6 +114,10 @@ class LogLine(ApiModel):
 class LogPage(ApiModel):
     items: list[LogLine]
     next_after: int
+    # With order="desc": the `before` of the next, older page (None: no older lines).
+    next_before: int | None = None
+    # Lines the job wrote past its log cap: counted, not stored.
+    lines_dropped: int | None = None
 
 
 class Checkpoint(ApiModel):
