@@ -18,6 +18,8 @@ BENCHMARKS = {
     "queue": "bench.p6_queue",
     "gpu": "bench.p7_gpu",
     "environment": "bench.p8_environment",
+    "streams": "bench.p9_streams",
+    "history": "bench.p9_history",
 }
 
 
