@@ -2,6 +2,8 @@
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -46,6 +48,16 @@ async def stream_events(
     return EventSourceResponse(_follow(engine, notifier, job.id, cursor), ping=15, send_timeout=30)
 
 
+@dataclass(frozen=True)
+class Batch:
+    """One read of a job's stream, formatted once for every stream that shares it."""
+
+    events: list[dict[str, Any]]
+    cursor: int
+    ended: bool
+    terminal: bool
+
+
 async def _follow(
     engine: Engine, notifier: StreamNotifier, job_id: str, cursor: int
 ) -> AsyncIterator[dict[str, Any]]:
@@ -54,20 +66,36 @@ async def _follow(
         while True:
             await subscription.wait(REREAD_S)
             while True:
+                after = cursor
                 try:
-                    read = await anyio.to_thread.run_sync(_read, engine, job_id, cursor)
+                    batch = await notifier.shared_read(
+                        job_id,
+                        after,
+                        partial(anyio.to_thread.run_sync, _read, engine, job_id, after),
+                    )
                 except LookupError:
                     return  # the job was deleted while followed
-                cursor = read.cursor
-                for row in read.rows:
-                    kind, data = stream_event(row)
-                    yield {"id": str(row.seq), "event": kind, "data": json.dumps(data)}
-                    if kind == "state" and JobState(data["state"]).is_terminal():
-                        return
-                if not read.rows:
-                    if read.ended:
+                cursor = batch.cursor
+                for event in batch.events:
+                    yield event
+                if batch.terminal:
+                    return
+                if not batch.events:
+                    if batch.ended:
                         return  # resumed past the job's end: nothing more will come
                     break
+
+
+def _read(engine: Engine, job_id: str, cursor: int) -> Batch:
+    with Session(engine) as session:
+        read = store.read_stream(session, job_id, after=cursor)
+    events = []
+    for row in read.rows:
+        kind, data = stream_event(row)
+        events.append({"id": str(row.seq), "event": kind, "data": json.dumps(data)})
+        if kind == "state" and JobState(data["state"]).is_terminal():
+            return Batch(events, row.seq, read.ended, terminal=True)
+    return Batch(events, read.cursor, read.ended, terminal=False)
 
 
 @router.get("/{job_id}/timeline")
@@ -85,11 +113,6 @@ def get_timeline(job: OwnedJob, session: SessionDep) -> dict[str, Any]:
         ],
         "next_after": job.last_seq,
     }
-
-
-def _read(engine: Engine, job_id: str, cursor: int) -> store.StreamRead:
-    with Session(engine) as session:
-        return store.read_stream(session, job_id, after=cursor)
 
 
 def stream_event(row: store.StreamRow) -> tuple[str, dict[str, Any]]:

@@ -79,7 +79,15 @@ def test_the_client_loads_nothing_of_the_server() -> None:
 
 
 # Bottom first: each module of the store imports only those before it.
-STORE_LAYERS = ["lifecycle", "nodes", "job_rows", "outputs", "checkpoints", "stream"]
+STORE_LAYERS = [
+    "lifecycle",
+    "nodes",
+    "job_rows",
+    "metric_rollups",
+    "outputs",
+    "checkpoints",
+    "stream",
+]
 
 
 def test_the_store_is_layered_on_its_lifecycle_core() -> None:
