@@ -31,7 +31,7 @@ from devstack.stack import Stack
 
 STREAMS = 100
 WINDOW_S = 8.0
-ROUNDS = 3
+ROUNDS = 5
 
 
 class StreamCrowd:
@@ -120,25 +120,25 @@ def api_cpu(stack: Stack, seconds: float) -> float:
     return (after.user - before.user + after.system - before.system) / seconds
 
 
-def get_job_p99(http: httpx.Client, job_id: str, count: int = 400) -> float:
+def get_job_times(http: httpx.Client, job_id: str, count: int = 400) -> list[float]:
     times = []
     for _ in range(count):
         began = time.perf_counter()
         http.get(f"/v1/jobs/{job_id}").raise_for_status()
         times.append(time.perf_counter() - began)
-    return percentile(times, 99) * 1000
+    return times
 
 
 def idle_costs(stack: Stack, http: httpx.Client, queued: list[str]) -> dict[str, list[float]]:
     """F1 and F2 windows, alternating none / 100 streams."""
-    seen: dict[str, list[float]] = {"cpu0": [], "cpu100": [], "p99_0": [], "p99_100": []}
+    seen: dict[str, list[float]] = {k: [] for k in ("cpu0", "cpu100", "get0", "get100")}
     for _ in range(ROUNDS):
         seen["cpu0"].append(api_cpu(stack, WINDOW_S))
-        seen["p99_0"].append(get_job_p99(http, queued[0]))
+        seen["get0"] += get_job_times(http, queued[0])
         with StreamCrowd(stack.url, stack.admin_token, queued):
             time.sleep(1.0)  # the streams' first reads are done
             seen["cpu100"].append(api_cpu(stack, WINDOW_S))
-            seen["p99_100"].append(get_job_p99(http, queued[0]))
+            seen["get100"] += get_job_times(http, queued[0])
     return seen
 
 
@@ -179,7 +179,8 @@ def run() -> list[Result]:
         all_on_it = latency_run(stack, http, code_id, ["self"] * STREAMS)
     med = statistics.median
     cpu0, cpu100 = med(idle["cpu0"]), med(idle["cpu100"])
-    p0, p100 = med(idle["p99_0"]), med(idle["p99_100"])
+    p0, p100 = (percentile(idle[k], 99) * 1000 for k in ("get0", "get100"))
+    p50_0, p50_100 = (percentile(idle[k], 50) * 1000 for k in ("get0", "get100"))
     p95_one = percentile(one_of_many, 95) * 1000
     p95_all = percentile(all_on_it, 95) * 1000
     windows = f"{ROUNDS} alternating windows of {WINDOW_S:g} s each, medians"
@@ -192,16 +193,17 @@ def run() -> list[Result]:
             f"{', '.join(f'{c:.3f}' for c in idle['cpu0'])})",
             "≤ 2× (≤ 0.02 cores)",
             cpu100 <= 0.02 or cpu100 <= 2 * cpu0,
-            f"{windows}; one notifier query per 0.05 s while streams wait (was 1.03 cores: "
-            "each stream polled 20×/s)",
+            f"{windows}; the notifier's one query a tick (0.05 s, 0.25 s after 2 s without a "
+            "change) (was 1.03 cores: each stream polled 20×/s)",
         ),
         Result(
             "F2",
             f"GET /v1/jobs/{{id}} p99 with {STREAMS} idle SSE streams ÷ none",
-            f"{p100 / p0:.2f} ({p100:.1f} vs {p0:.1f} ms; 400 sequential requests a window)",
+            f"{p100 / p0:.2f} ({p100:.1f} vs {p0:.1f} ms; p50 {p50_100:.1f} vs {p50_0:.1f} ms;"
+            " 400 sequential requests a window)",
             "≤ 1.5",
             p100 / p0 <= 1.5,
-            f"{windows} (was 17: 30.5 vs 1.8 ms)",
+            f"p99 over all windows' requests; {windows} (was 17: 30.5 vs 1.8 ms)",
         ),
         Result(
             "F3",

@@ -269,9 +269,11 @@ class MetricRollup(SQLModel, table=True):
 
     __tablename__ = "metric_rollup"
 
+    # Key order (job, width, name, bucket): a chart reads one width's buckets in order, and
+    # the names of a job's metrics are its few coarsest rows.
     job_id: str = Field(foreign_key="job.id", primary_key=True, max_length=32)
-    name: str = Field(primary_key=True, max_length=128)
     width: int = Field(primary_key=True)
+    name: str = Field(primary_key=True, max_length=128)
     bucket: int = Field(primary_key=True, sa_type=BigInteger)
     min_value: float
     min_seq: int = Field(sa_type=BigInteger)

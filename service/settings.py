@@ -129,7 +129,7 @@ class Settings(BaseSettings):
     logs_retention_days: float | None = Field(default=None, gt=0)
     # `GET /v1/jobs` counts matching jobs exactly up to this many; above, `total` is this
     # number and `total_is_estimate` is true (a count's cost grows with what it counts).
-    job_count_exact_limit: int = Field(default=10_000, ge=1)
+    job_count_exact_limit: int = Field(default=1000, ge=1)
 
     @field_validator("allowed_queues", "forbidden_env", "pip_find_links", mode="before")
     @classmethod

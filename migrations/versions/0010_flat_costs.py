@@ -56,15 +56,15 @@ def upgrade() -> None:
     op.create_table(
         "metric_rollup",
         sa.Column("job_id", sqlmodel.sql.sqltypes.AutoString(length=32), nullable=False),
-        sa.Column("name", sqlmodel.sql.sqltypes.AutoString(length=128), nullable=False),
         sa.Column("width", sa.Integer(), nullable=False),
+        sa.Column("name", sqlmodel.sql.sqltypes.AutoString(length=128), nullable=False),
         sa.Column("bucket", sa.BigInteger(), nullable=False),
         sa.Column("min_value", sa.Float(), nullable=False),
         sa.Column("min_seq", sa.BigInteger(), nullable=False),
         sa.Column("max_value", sa.Float(), nullable=False),
         sa.Column("max_seq", sa.BigInteger(), nullable=False),
         sa.ForeignKeyConstraint(["job_id"], ["job.id"]),
-        sa.PrimaryKeyConstraint("job_id", "name", "width", "bucket"),
+        sa.PrimaryKeyConstraint("job_id", "width", "name", "bucket"),
     )
     _copy_tags()
     _count_log_bytes()

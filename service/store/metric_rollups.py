@@ -3,16 +3,17 @@ and the downsampled series read back from them (`GET …/metrics?max_points=N`).
 
 A bucket holds the seqs `[bucket * width, (bucket + 1) * width)` of a job; `WIDTHS` go from
 fine to coarse by a factor of 4. A read of at most N points picks the finest width whose
-buckets up to the job's last seq number at most N / 2 (each gives its minimum and its maximum
-point), then fetches those points by seq: a few hundred index lookups, whatever the job's
-length. Series with at most N points are answered as they are.
+buckets up to the job's last seq number at most 2N, merges neighbouring buckets into N / 2
+groups (each gives its minimum and its maximum point), then fetches those points by seq: at
+most N index lookups, whatever the job's length. Series with at most N points are answered
+as they are.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import case, delete
+from sqlalchemy import case, delete, func
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
@@ -67,7 +68,7 @@ def _upsert(session: Session) -> Any:
     lower = new.min_value < table.c.min_value
     higher = new.max_value > table.c.max_value
     return stmt.on_conflict_do_update(
-        index_elements=["job_id", "name", "width", "bucket"],
+        index_elements=["job_id", "width", "name", "bucket"],
         set_={
             "min_value": case((lower, new.min_value), else_=table.c.min_value),
             "min_seq": case((lower, new.min_seq), else_=table.c.min_seq),
@@ -97,39 +98,44 @@ def downsample(
 ) -> list[MetricPoint]:
     """At most `max_points` points of one metric with seq ≤ `last_seq`, in seq order: every
     point if there are that few, else each bucket's minimum and maximum."""
-    base = select(MetricPoint).where(
-        MetricPoint.job_id == job_id, MetricPoint.name == name, col(MetricPoint.seq) <= last_seq
+    series = (
+        MetricPoint.job_id == job_id,
+        MetricPoint.name == name,
+        col(MetricPoint.seq) <= last_seq,
     )
-    raw = list(session.exec(base.order_by(col(MetricPoint.seq)).limit(max_points + 1)).all())
-    if len(raw) <= max_points:
-        return raw
+    base = select(MetricPoint).where(*series)
+    # Whether the series fits, counted on its index without reading more than N + 1 rows.
+    head = select(MetricPoint.seq).where(*series).limit(max_points + 1).subquery()
+    if session.exec(select(func.count()).select_from(head)).one() <= max_points:
+        return list(session.exec(base.order_by(col(MetricPoint.seq))).all())
     buckets = max(1, max_points // 2)
-    width = next((w for w in WIDTHS if last_seq // w + 1 <= buckets), WIDTHS[-1])
-    stmt = select(MetricRollup.min_seq, MetricRollup.max_seq).where(
-        MetricRollup.job_id == job_id, MetricRollup.name == name, MetricRollup.width == width
-    )
-    extremes = session.exec(stmt.order_by(col(MetricRollup.bucket))).all()
-    if not extremes:  # points written before rollups were kept: bucket them here
+    # The finest width with at most four times the buckets wanted, merged below to `buckets`.
+    width = next((w for w in WIDTHS if last_seq // w + 1 <= 4 * buckets), WIDTHS[-1])
+    stmt = select(
+        MetricRollup.min_value, MetricRollup.min_seq, MetricRollup.max_value, MetricRollup.max_seq
+    ).where(MetricRollup.job_id == job_id, MetricRollup.width == width, MetricRollup.name == name)
+    rows = session.exec(stmt.order_by(col(MetricRollup.bucket))).all()
+    if not rows:  # points written before rollups were kept: bucket them here
         return _downsample_scan(session, base, last_seq, buckets)
-    wanted = {seq for pair in extremes for seq in pair if seq <= last_seq}
-    points: dict[int, MetricPoint] = {}
+    step = -(-len(rows) // buckets)
+    wanted: set[int] = set()
+    for start in range(0, len(rows), step):
+        # Extremes written after `last_seq` was read are left out (the stream brings them).
+        lows = [(v, seq) for v, seq, _, _ in rows[start : start + step] if seq <= last_seq]
+        highs = [(v, seq) for _, _, v, seq in rows[start : start + step] if seq <= last_seq]
+        if lows:
+            wanted.add(min(lows)[1])
+        if highs:
+            wanted.add(max(highs)[1])
     ordered = sorted(wanted)
+    points: list[MetricPoint] = []
     for start in range(0, len(ordered), MAX_IDS_PER_QUERY):
         chunk = ordered[start : start + MAX_IDS_PER_QUERY]
         stmt_points = select(MetricPoint).where(
             MetricPoint.job_id == job_id, col(MetricPoint.seq).in_(chunk)
         )
-        points.update((p.seq, p) for p in session.exec(stmt_points))
-    # The coarsest width may still give too many buckets: merge neighbours.
-    step = -(-len(extremes) // buckets)
-    kept: dict[int, MetricPoint] = {}
-    for start in range(0, len(extremes), step):
-        group = [points[s] for pair in extremes[start : start + step] for s in pair if s in points]
-        if group:
-            low = min(group, key=lambda p: p.value)
-            high = max(group, key=lambda p: p.value)
-            kept[low.seq], kept[high.seq] = low, high
-    return [kept[seq] for seq in sorted(kept)]
+        points += session.exec(stmt_points).all()
+    return sorted(points, key=lambda p: p.seq)
 
 
 def _downsample_scan(session: Session, base: Any, last_seq: int, buckets: int) -> list[MetricPoint]:
