@@ -1,13 +1,13 @@
 """Rank-0 metric points, paged by seq, or downsampled for a chart."""
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from sqlalchemy import Row
 
 from service import store
 from service.deps import MAX_SEQ, OwnedJob, SessionDep
 from service.errors import BadRequest
-from service.models import MetricPoint
 from service.schemas import MetricPointPublic, MetricsPublic
 
 router = APIRouter(prefix="/v1/jobs", tags=["metrics"])
@@ -46,8 +46,9 @@ def _downsampled(
     session: SessionDep, job_id: str, name: str | None, last_seq: int, max_points: int
 ) -> MetricsPublic:
     names = [name] if name is not None else store.metric_names(session, job_id)
-    rows: list[MetricPoint] = []
+    rows: list[Row[Any]] = []
     for each in names:
         rows += store.downsample(session, job_id, each, last_seq=last_seq, max_points=max_points)
     rows.sort(key=lambda row: row.seq)
-    return MetricsPublic(items=[MetricPointPublic.from_row(r) for r in rows], next_after=last_seq)
+    items = [MetricPointPublic.model_validate(row._mapping) for row in rows]
+    return MetricsPublic(items=items, next_after=last_seq)

@@ -13,13 +13,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import case, delete, func
+from sqlalchemy import Row, case, delete, func
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
 from service.models import MetricPoint, MetricRollup
 
 WIDTHS = tuple(64 * 4**k for k in range(9))  # 64 … 4,194,304 seqs
+POINT_COLUMNS = tuple(
+    getattr(MetricPoint, name)
+    for name in ("seq", "step", "epoch", "name", "value", "ts", "attempt")
+)
 MAX_IDS_PER_QUERY = 900
 
 
@@ -95,19 +99,21 @@ def metric_names(session: Session, job_id: str) -> list[str]:
 
 def downsample(
     session: Session, job_id: str, name: str, *, last_seq: int, max_points: int
-) -> list[MetricPoint]:
+) -> list[Row[Any]]:
     """At most `max_points` points of one metric with seq ≤ `last_seq`, in seq order: every
-    point if there are that few, else each bucket's minimum and maximum."""
+    point if there are that few, else each bucket's minimum and maximum. Rows of
+    `POINT_COLUMNS`, not ORM objects: a chart has thousands of points, and an ORM object
+    costs tens of microseconds to make."""
     series = (
         MetricPoint.job_id == job_id,
         MetricPoint.name == name,
         col(MetricPoint.seq) <= last_seq,
     )
-    base = select(MetricPoint).where(*series)
+    base = select(*POINT_COLUMNS).where(*series)
     # Whether the series fits, counted on its index without reading more than N + 1 rows.
     head = select(MetricPoint.seq).where(*series).limit(max_points + 1).subquery()
     if session.exec(select(func.count()).select_from(head)).one() <= max_points:
-        return list(session.exec(base.order_by(col(MetricPoint.seq))).all())
+        return list(session.execute(base.order_by(col(MetricPoint.seq))).all())
     buckets = max(1, max_points // 2)
     # The finest width with at most four times the buckets wanted, merged below to `buckets`.
     width = next((w for w in WIDTHS if last_seq // w + 1 <= 4 * buckets), WIDTHS[-1])
@@ -128,21 +134,21 @@ def downsample(
         if highs:
             wanted.add(max(highs)[1])
     ordered = sorted(wanted)
-    points: list[MetricPoint] = []
+    points: list[Row[Any]] = []
     for start in range(0, len(ordered), MAX_IDS_PER_QUERY):
         chunk = ordered[start : start + MAX_IDS_PER_QUERY]
-        stmt_points = select(MetricPoint).where(
+        stmt_points = select(*POINT_COLUMNS).where(
             MetricPoint.job_id == job_id, col(MetricPoint.seq).in_(chunk)
         )
-        points += session.exec(stmt_points).all()
+        points += session.execute(stmt_points).all()
     return sorted(points, key=lambda p: p.seq)
 
 
-def _downsample_scan(session: Session, base: Any, last_seq: int, buckets: int) -> list[MetricPoint]:
+def _downsample_scan(session: Session, base: Any, last_seq: int, buckets: int) -> list[Row[Any]]:
     """The same answer read from every point (for points stored without rollups)."""
     width = last_seq // buckets + 1
-    chosen: dict[int, tuple[MetricPoint, MetricPoint]] = {}
-    for point in session.exec(base.order_by(col(MetricPoint.seq))):
+    chosen: dict[int, tuple[Row[Any], Row[Any]]] = {}
+    for point in session.execute(base.order_by(col(MetricPoint.seq))):
         bucket = point.seq // width
         low, high = chosen.get(bucket, (point, point))
         chosen[bucket] = (
