@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from jobs.spec import JobSpec
-from jobs.states import JobState
+from jobs.states import ExitReason, JobState
 from service import store
 from service.db import make_engine
 from service.settings import Settings
@@ -146,8 +146,8 @@ def read_events(api: TestClient, job_id: str, headers: dict[str, str]) -> list[d
     return events
 
 
-def test_a_stream_resumes_exactly_and_is_woken_by_another_process(
-    api: TestClient, engine: Engine, settings: Settings
+def test_a_stream_resumes_exactly_and_is_woken_by_a_later_write(
+    api: TestClient, engine: Engine
 ) -> None:
     job_id = running_job(engine)
     with Session(engine) as session:
@@ -156,9 +156,17 @@ def test_a_stream_resumes_exactly_and_is_woken_by_another_process(
         )
     # Resume after the 2nd log line (the job's seqs: queued, starting, running, then lines).
     resume_after = 5
-    url = settings.resolved_database_url
+
+    def write_and_end() -> None:
+        """On a connection of its own (another process's write is the test above)."""
+        with Session(engine) as session:
+            store.append_log_lines(session, job_id, 1, [store.NewLogLine(0, 0.0, "from afar")])
+            store.transition_job(
+                session, job_id, JobState.SUCCEEDED, attempt=1, exit_reason=ExitReason.COMPLETED
+            )
+
     # Written while the stream waits: after its first read, before anything else happens.
-    writer = threading.Timer(0.5, write_from_another_process, (url, job_id, True))
+    writer = threading.Timer(0.5, write_and_end)
     writer.start()
     try:
         events = read_events(api, job_id, {"Last-Event-ID": str(resume_after)})
