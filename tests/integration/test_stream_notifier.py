@@ -2,6 +2,7 @@
 row written by another process wakes exactly the streams of its job (real databases)."""
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -80,7 +81,8 @@ def test_idle_streams_cost_one_query_a_tick_and_wake_on_their_job_only(
         notifier = StreamNotifier(engine, interval_s=0.05)
         notifier.start()
         try:
-            with contextlib_watch(notifier, jobs * 20) as subscriptions:
+            with contextlib.ExitStack() as watching:
+                subscriptions = [watching.enter_context(notifier.watch(j)) for j in jobs * 20]
                 # The first wait of each returns at once (its first read is due).
                 await asyncio.gather(*(s.wait(1) for s in subscriptions))
                 await notifier.poll_once()  # the positions seen: from now on, only changes
@@ -115,20 +117,6 @@ def test_idle_streams_cost_one_query_a_tick_and_wake_on_their_job_only(
     assert 3 <= result["ticks"] <= 15
     assert result["statements"] <= result["ticks"] + 1
     assert result["woken"] == {jobs[0]}
-
-
-class contextlib_watch:  # noqa: N801  (a context manager used like a function)
-    """Watch every job id of `job_ids` (repeats make several streams of one job)."""
-
-    def __init__(self, notifier: StreamNotifier, job_ids: list[str]) -> None:
-        self.managers = [notifier.watch(job_id) for job_id in job_ids]
-
-    def __enter__(self) -> list[Any]:
-        return [manager.__enter__() for manager in self.managers]
-
-    def __exit__(self, *exc: object) -> None:
-        for manager in self.managers:
-            manager.__exit__(None, None, None)
 
 
 def read_events(api: TestClient, job_id: str, headers: dict[str, str]) -> list[dict[str, Any]]:
