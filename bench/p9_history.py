@@ -299,7 +299,42 @@ def idle_worker_connections(stack: Stack, http: httpx.Client) -> int:
     return held
 
 
+def ingest_cost(rounds: int = 6, steps: int = 2500) -> tuple[float, float]:
+    """F9: metric points/s the store writes in the worker's batches (5,000 rows, 20 metrics a
+    step), with the rollups kept and with them left out, alternating on one SQLite file."""
+    import tempfile
+
+    from service.db import upgrade_database
+    from service.store import outputs
+
+    url = f"sqlite:///{tempfile.mkdtemp(prefix='launchbay-bench-')}/ingest.db"
+    upgrade_database(url)
+    engine = make_engine(url)
+    kept = outputs.add_to_rollups
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        for round_ in range(rounds):
+            for with_rollups in (True, False):
+                outputs.add_to_rollups = kept if with_rollups else (lambda *a, **k: None)  # type: ignore[assignment]
+                job_id = running_job(engine, f"ingest-{round_}")
+                points = [
+                    store.NewMetricPoint(step, 0, f"m{i:02d}", step + i / 100, float(step))
+                    for step in range(steps)
+                    for i in range(20)
+                ]
+                began = time.perf_counter()
+                with Session(engine) as session:
+                    for first in range(0, len(points), 5000):
+                        store.append_output(session, job_id, 1, points=points[first : first + 5000])
+                rates[with_rollups].append(len(points) / (time.perf_counter() - began))
+    finally:
+        outputs.add_to_rollups = kept  # type: ignore[assignment]
+        engine.dispose()
+    return statistics.median(rates[True]), statistics.median(rates[False])
+
+
 def run() -> list[Result]:
+    with_rollups, without = ingest_cost()
     pages, per_byte = job_page()
     page_ratio = pages["big"] / pages["small"]
     sq_small, sq_big, sq_plan = list_growth(None)
@@ -358,6 +393,16 @@ def run() -> list[Result]:
             "SQLite: pages used before/after 200,000 lines; PostgreSQL: "
             "pg_total_relation_size('log_line') after 100,000 lines (row, id, job id and 3 "
             "indexes: the per-job log cap bounds it)",
+        ),
+        Result(
+            "F9",
+            "metric points/s the store writes (worker batches of 5,000, 20 metrics a step): "
+            "with rollups ÷ without",
+            f"{with_rollups / without:.2f} ({with_rollups:,.0f} vs {without:,.0f} points/s)",
+            "report (P4a: ≥ 5,000 points/s)",
+            None,
+            "SQLite, 6 alternating runs of 50,000 points, medians; the store alone, in one "
+            "process (no worker, no ranks)",
         ),
         Result(
             "F8",
