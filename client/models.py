@@ -84,6 +84,8 @@ class JobPage(ApiModel):
 
     items: list[Job]
     total: int
+    # True when `total` stopped at the server's exact-count limit: at least that many match.
+    total_is_estimate: bool = False
 
 
 class MetricPoint(ApiModel):
