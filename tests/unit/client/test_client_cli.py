@@ -442,3 +442,11 @@ def test_client_commands_never_import_the_server_side() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_list_says_when_the_total_is_an_estimate(api: FakeApi) -> None:
+    page = {"items": [job()], "total": 1000, "total_is_estimate": True}
+    api.on("GET", "/v1/jobs", reply(200, page))
+    result = launchbay(api, "list")
+    assert result.exit_code == 0, result.output
+    assert "1 of 1000+ jobs" in result.stdout
