@@ -214,7 +214,7 @@ def test_watch_exits_3_when_the_api_goes_away(api: FakeApi) -> None:
 
 
 def test_list_json_is_machine_readable(api: FakeApi) -> None:
-    page = {"items": [job(), job("j2", state="failed")], "total": 2}
+    page = {"items": [job(), job("j2", state="failed")], "total": 2, "total_is_estimate": False}
     api.on("GET", "/v1/jobs", reply(200, page))
     result = launchbay(api, "list", "--state", "failed", "--limit", "2", "--json")
     assert result.exit_code == 0
