@@ -21,6 +21,8 @@ BENCHMARKS = {
     "logsearch": "bench.p9_log_search",
     "store": "bench.p9_store",
     "scheduling": "bench.p9_scheduling",
+    "streams": "bench.p9_streams",
+    "history": "bench.p9_history",
 }
 
 

@@ -136,9 +136,14 @@ class AsyncClient:
     # What a job produces
 
     async def list_metrics(
-        self, job_id: str, name: str | None = None, after: int = 0, limit: int = 1000
+        self,
+        job_id: str,
+        name: str | None = None,
+        after: int = 0,
+        limit: int = 1000,
+        max_points: int | None = None,
     ) -> MetricPage:
-        query = http.params(name=name, after=after, limit=limit)
+        query = http.params(name=name, after=after, limit=limit, max_points=max_points)
         body = await self._json("GET", http.job_path(job_id, "metrics"), params=query)
         return MetricPage.model_validate(body)
 
@@ -154,8 +159,12 @@ class AsyncClient:
         after: int = 0,
         limit: int = 1000,
         node: int | None = None,
+        order: str | None = None,
+        before: int | None = None,
     ) -> LogPage:
-        query = http.params(rank=rank, node=node, after=after, limit=limit)
+        query = http.params(
+            rank=rank, node=node, after=after, limit=limit, order=order, before=before
+        )
         body = await self._json("GET", http.job_path(job_id, "logs"), params=query)
         return LogPage.model_validate(body)
 

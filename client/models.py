@@ -87,6 +87,8 @@ class JobPage(ApiModel):
 
     items: list[Job]
     total: int
+    # True when `total` stopped at the server's exact-count limit: at least that many match.
+    total_is_estimate: bool = False
 
 
 class MetricPoint(ApiModel):
@@ -117,6 +119,10 @@ class LogLine(ApiModel):
 class LogPage(ApiModel):
     items: list[LogLine]
     next_after: int
+    # With order="desc": the `before` of the next, older page (None: no older lines).
+    next_before: int | None = None
+    # Lines the job wrote past its log cap: counted, not stored.
+    lines_dropped: int | None = None
 
 
 class Checkpoint(ApiModel):

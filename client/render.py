@@ -80,7 +80,9 @@ def format_age(timestamp: str | None, now: datetime | None = None) -> str:
     return f"{seconds}s"
 
 
-def jobs_table(jobs: list[dict[str, Any]], total: int | None = None, width: int = 80) -> Table:
+def jobs_table(
+    jobs: list[dict[str, Any]], total: int | str | None = None, width: int = 80
+) -> Table:
     """Jobs, one line each within `width` columns: the name gives way (cut with `…`)."""
     rows = []
     for job in jobs:

@@ -167,10 +167,19 @@ class Client:
     # What a job produces
 
     def list_metrics(
-        self, job_id: str, name: str | None = None, after: int = 0, limit: int = 1000
+        self,
+        job_id: str,
+        name: str | None = None,
+        after: int = 0,
+        limit: int = 1000,
+        max_points: int | None = None,
     ) -> MetricPage:
-        """One page of metric points with `seq > after`; `next_after` starts the next page."""
-        query = http.params(name=name, after=after, limit=limit)
+        """One page of metric points with `seq > after`; `next_after` starts the next page.
+
+        With `max_points`, the whole series instead, at most that many points per name
+        (downsampled on the server, each bucket's smallest and largest point kept), and
+        `next_after` the job's seq when read: follow `stream_events` from there."""
+        query = http.params(name=name, after=after, limit=limit, max_points=max_points)
         return MetricPage.model_validate(
             self._json("GET", http.job_path(job_id, "metrics"), params=query)
         )
@@ -188,9 +197,17 @@ class Client:
         after: int = 0,
         limit: int = 1000,
         node: int | None = None,
+        order: str | None = None,
+        before: int | None = None,
     ) -> LogPage:
-        """One page of log lines with `seq > after`; `next_after` starts the next page."""
-        query = http.params(rank=rank, node=node, after=after, limit=limit)
+        """One page of log lines with `seq > after`; `next_after` starts the next page.
+
+        `order="desc"`: the newest lines first (the job's tail), `next_after` the job's seq
+        when read (follow `stream_events` from there) and `next_before` the `before` of the
+        next, older page (None when there is none)."""
+        query = http.params(
+            rank=rank, node=node, after=after, limit=limit, order=order, before=before
+        )
         return LogPage.model_validate(
             self._json("GET", http.job_path(job_id, "logs"), params=query)
         )

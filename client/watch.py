@@ -1,5 +1,8 @@
 """`launchbay watch`: a live view of one job, fed by its event stream, until the job ends.
 
+It opens with the job's last log lines (`GET …/logs?order=desc`) and follows the stream from
+the seq they were read at, so it opens as fast for a long job as for a new one.
+
 If the stream cannot be had (an old proxy, a broken connection that will not come back), the
 view falls back to polling the job and its logs. When the output is not a terminal (CI logs, a
 pipe), state changes and log lines are printed one per line instead of a live display.
@@ -165,7 +168,7 @@ def follow_job(client: Client, job_id: str, console: Console, poll_s: float = 1.
     )
     with display:
         try:
-            for event in client.stream_events(job_id):
+            for event in client.stream_events(job_id, str(show_tail(client, job_id, view))):
                 view.apply(event)
                 if event.event == "state":
                     view.replace_job(client.get_job(job_id).model_dump(mode="json"))
@@ -173,6 +176,15 @@ def follow_job(client: Client, job_id: str, console: Console, poll_s: float = 1.
             view.note(f"event stream lost: {exc}; polling instead")
             _poll(client, job_id, view, poll_s)
     return client.get_job(job_id)
+
+
+def show_tail(client: Client, job_id: str, view: JobView) -> int:
+    """Show the job's last log lines and return the seq to follow its events from: what the
+    job wrote before is not replayed (a long job's history would take minutes)."""
+    tail = client.list_logs(job_id, limit=LOG_LINES, order="desc")
+    for item in reversed(tail.items):
+        view.add_log(item.model_dump(mode="json"))
+    return tail.next_after
 
 
 def _poll(client: Client, job_id: str, view: JobView, poll_s: float) -> None:

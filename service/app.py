@@ -40,6 +40,7 @@ from service.scheduling.dispatcher import DispatcherThread
 from service.scheduling.executor import make_executor
 from service.schemas import ERROR_RESPONSES
 from service.settings import Settings, get_settings
+from service.stream_notifier import StreamNotifier
 from service.webhook_delivery import WebhookDispatcher
 
 log = logging.getLogger("launchbay.api")
@@ -72,9 +73,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         dispatcher = DispatcherThread(app.state.engine, settings)
         if settings.scheduler == "dispatcher":
             dispatcher.start()
+        app.state.stream_notifier = StreamNotifier(app.state.engine, settings.stream_poll_s)
+        app.state.stream_notifier.start()
         try:
             yield
         finally:
+            await app.state.stream_notifier.stop()
             for thread in (dispatcher, deliveries):
                 if thread.is_alive():
                     thread.stop()

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.pool import NullPool
 from sqlmodel import Session, create_engine
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
@@ -14,11 +15,16 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 SQLITE_POOL_SIZE = 48
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, pooled: bool = True) -> Engine:
     """An engine tuned for the database behind `url`.
 
     SQLite gets WAL (readers never block the writer) and a busy timeout, because the API and
     every worker write to the same file from different processes.
+
+    `pooled=False` (workers) keeps no connection to a database server between sessions: an
+    idle worker holds none, so a hundred workers and the API's pool fit under PostgreSQL's
+    default `max_connections` (docs/benchmarks.md, "Flat costs"). A worker opens a session a
+    few times a second at most, so a connection per session costs it little.
     """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -36,6 +42,8 @@ def make_engine(url: str) -> Engine:
         )
         event.listen(engine, "connect", _tune_sqlite)
         return engine
+    if not pooled:
+        return create_engine(url, poolclass=NullPool)
     # More connections than the API's 40 worker threads, for the same reason as above.
     return create_engine(url, pool_pre_ping=True, pool_size=20, max_overflow=40)
 

@@ -88,7 +88,15 @@ class JobBase(SQLModel):
 
 class Job(JobBase, table=True):
     __tablename__ = "job"
-    __table_args__ = (UniqueConstraint("owner", "idempotency_key", name="uq_job_idempotency"),)
+    __table_args__ = (
+        UniqueConstraint("owner", "idempotency_key", name="uq_job_idempotency"),
+        # `GET /v1/jobs` newest first under each filter, read from an index (0010).
+        Index("ix_job_created_id", "created_at", "id"),
+        Index("ix_job_state_created_id", "state", "created_at", "id"),
+        Index("ix_job_owner_created_id", "owner", "created_at", "id"),
+        Index("ix_job_owner_state_created_id", "owner", "state", "created_at", "id"),
+        Index("ix_job_name_created_id", "name", "created_at", "id"),
+    )
 
     owner: str = Field(default="", max_length=128, index=True)
     queue: str = Field(max_length=64)
@@ -109,6 +117,16 @@ class Job(JobBase, table=True):
     preemptions: int = Field(
         default=0, sa_column=Column(Integer, nullable=False, server_default="0")
     )
+    # Bytes of log lines stored, and lines counted but not stored past the per-job cap.
+    log_bytes: int = Field(
+        default=0, sa_column=Column(BigInteger, nullable=False, server_default="0")
+    )
+    log_lines_dropped: int = Field(
+        default=0, sa_column=Column(BigInteger, nullable=False, server_default="0")
+    )
+    # When retention deleted its metric points, and its log lines.
+    metrics_pruned_at: datetime | None = None
+    logs_pruned_at: datetime | None = None
 
     def job_spec(self) -> JobSpec:
         """The spec, typed: the one way to read it (the column holds it as accepted, defaults
@@ -398,3 +416,38 @@ class OwnerPolicy(SQLModel, table=True):
     max_devices: int | None = None
     max_device_hours: float | None = None
     max_priority: int | None = None
+
+
+class JobTag(SQLModel, table=True):
+    """A job's tag (`spec.tags`), one row each, so `GET /v1/jobs?tag=k=v` reads an index
+    newest first instead of every spec's JSON. `created_at` is the job's."""
+
+    __tablename__ = "job_tag"
+    __table_args__ = (
+        Index("ix_job_tag_key_value_created", "key", "value", "created_at", "job_id"),
+    )
+
+    job_id: str = Field(foreign_key="job.id", primary_key=True, max_length=32)
+    key: str = Field(primary_key=True, max_length=128)
+    value: str = Field(max_length=1024)
+    created_at: datetime
+
+
+class MetricRollup(SQLModel, table=True):
+    """The smallest and largest point of one metric in one bucket of `width` seqs
+    (`bucket` = seq // width), at several widths: `GET …/metrics?max_points=` reads a job's
+    chart from these in time independent of its number of points. Kept by the writer of the
+    points, in their transaction."""
+
+    __tablename__ = "metric_rollup"
+
+    # Key order (job, width, name, bucket): a chart reads one width's buckets in order, and
+    # the names of a job's metrics are its few coarsest rows.
+    job_id: str = Field(foreign_key="job.id", primary_key=True, max_length=32)
+    width: int = Field(primary_key=True)
+    name: str = Field(primary_key=True, max_length=128)
+    bucket: int = Field(primary_key=True, sa_type=BigInteger)
+    min_value: float
+    min_seq: int = Field(sa_type=BigInteger)
+    max_value: float
+    max_seq: int = Field(sa_type=BigInteger)

@@ -12,7 +12,9 @@ off) and as `launchbay reaper`. Each pass:
 - a node of a multi-node job with no heartbeat for as long ends its attempt the same way,
   while the other nodes may still heartbeat (`reap_lost_nodes`);
 - a job queued for longer than `reaper_queued_grace_s` whose attempt no worker will run (its
-  RQ job is gone or ended) is enqueued again.
+  RQ job is gone or ended) is enqueued again;
+- the metrics and logs of jobs finished longer ago than their retention are deleted
+  (`service.retention`).
 
 Several reapers may run at once: every change is a conditional update (`UPDATE ... WHERE
 attempt = :seen AND <last sign of life> < :cutoff`) that one of them wins, and only the winner
@@ -33,6 +35,7 @@ from jobs.states import ExitReason, JobState, NodeState
 from service.db import session_scope
 from service.executor import Executor, ExecutorUnavailable, lost_tasks, submit_retry
 from service.models import Job, utcnow
+from service.retention import prune_outputs
 from service.settings import Settings
 from service.store import (
     commit_end,
@@ -55,6 +58,8 @@ class ReapReport:
     failed: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     enqueued: list[str] = field(default_factory=list)
+    # Jobs whose metrics or logs retention deleted (service.retention).
+    pruned: list[str] = field(default_factory=list)
 
     def add(self, job: Job | None, retried: bool) -> None:
         """Note how a lost attempt ended: `job` as it is now."""
@@ -80,6 +85,7 @@ def reap_once(
         resubmit_lost_tasks(engine, executor, settings, now, report)
     except ExecutorUnavailable as exc:
         log.warning("reaper: cannot check the queues: %s", exc)
+    report.pruned = prune_outputs(engine, settings, now)
     return report
 
 

@@ -77,6 +77,8 @@ def masked_spec(spec: dict[str, Any]) -> dict[str, Any]:
 class JobsPublic(BaseModel):
     items: list[JobPublic]
     total: int
+    # True when `total` stopped counting at the exact-count limit: at least that many match.
+    total_is_estimate: bool = False
 
 
 class LogLinePublic(BaseModel):
@@ -95,6 +97,11 @@ class LogLinePublic(BaseModel):
 class LogsPublic(BaseModel):
     items: list[LogLinePublic]
     next_after: int
+    # With `order=desc`: the `before` of the next (older) page; absent when there is none.
+    next_before: int | None = None
+    # Lines the job wrote past its log cap (`LAUNCHBAY_MAX_LOG_BYTES_PER_JOB`), counted but not
+    # stored; absent when none.
+    lines_dropped: int | None = None
 
 
 class NodePublic(BaseModel):

@@ -158,6 +158,19 @@ class Settings(BaseSettings):
     starvation_after_s: float = Field(default=600.0, gt=0)
     # Whether a queued job may stop running jobs of lower priority to take their devices.
     preemption: bool = False
+    # Flat costs (docs/benchmarks.md, "Flat costs"). How often the API process's one stream
+    # notifier reads the positions of the jobs its open event streams follow.
+    stream_poll_s: float = Field(default=0.05, gt=0, le=5)
+    # Log bytes a job may store; past it lines are counted (`Job.log_lines_dropped`), not
+    # stored, and one line in its logs says so. Unset: no cap.
+    max_log_bytes_per_job: int | None = Field(default=256 * 1024 * 1024, ge=1024)
+    # The reaper deletes the metric points, and the log lines, of jobs that finished more than
+    # this many days ago. Unset: kept for as long as the job.
+    metrics_retention_days: float | None = Field(default=None, gt=0)
+    logs_retention_days: float | None = Field(default=None, gt=0)
+    # `GET /v1/jobs` counts matching jobs exactly up to this many; above, `total` is this
+    # number and `total_is_estimate` is true (a count's cost grows with what it counts).
+    job_count_exact_limit: int = Field(default=1000, ge=1)
 
     @field_validator("allowed_queues", "forbidden_env", "pip_find_links", mode="before")
     @classmethod

@@ -62,7 +62,7 @@ class WorkerContext:
         url = self.settings.resolved_database_url
         found = self.engines.get(url)
         if found is None:
-            engine = make_engine(url)
+            engine = make_engine(url, pooled=False)
         else:
             engine, pid = found
             if pid == os.getpid():

@@ -120,6 +120,7 @@ class Ingestor:
         events_file: Path,
         max_line_bytes: int,
         on_checkpoint: Callable[[CheckpointEvent], None],
+        max_log_bytes: int | None = None,
     ) -> None:
         self.engine = engine
         # Log lines name their node: 0 for a single-node job.
@@ -127,6 +128,7 @@ class Ingestor:
         self.job_id, self.attempt = ref.job_id, ref.attempt
         self.log_dir = log_dir
         self.max_line_bytes = max_line_bytes
+        self.max_log_bytes = max_log_bytes
         self.events = LineReader(events_file, max_line_bytes=1 << 20)
         self.rank_logs: dict[int, LineReader] = {}
         self.on_checkpoint = on_checkpoint
@@ -205,6 +207,7 @@ class Ingestor:
                         logs=logs,
                         points=points,
                         progress=self._progress if last else None,
+                        max_log_bytes=self.max_log_bytes,
                     )
                 del self._logs[: len(logs)]
                 del self._points[: len(points)]

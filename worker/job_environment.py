@@ -73,7 +73,13 @@ def prepare_environment(
         logs = [NewLogLine(rank=0, ts=now, line=line, node=node or 0) for line in lines]
         try:
             with session_scope(engine) as session:
-                append_output(session, job_id, attempt, logs=logs)
+                append_output(
+                    session,
+                    job_id,
+                    attempt,
+                    logs=logs,
+                    max_log_bytes=settings.max_log_bytes_per_job,
+                )
         except (AttemptSuperseded, SQLAlchemyError) as exc:
             log.warning("job %s: environment output not stored: %s", job_id, exc)
 

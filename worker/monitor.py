@@ -158,6 +158,7 @@ class AttemptMonitor:
             events_file=paths.events_file,
             max_line_bytes=settings.max_log_line_bytes,
             on_checkpoint=self.registrar.add,
+            max_log_bytes=settings.max_log_bytes_per_job,
         )
         self.running = False
         self.restarts = 0

@@ -92,7 +92,8 @@ def list_jobs(
         print_json(page)
     else:
         console = out()
-        console.print(render.jobs_table(render.plain(page.items), page.total, console.width))
+        total = f"{page.total}+" if page.total_is_estimate else page.total
+        console.print(render.jobs_table(render.plain(page.items), total, console.width))
 
 
 @app.command()

@@ -1,8 +1,9 @@
 """A job's live stream as Server-Sent Events, resumable with Last-Event-ID."""
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -13,13 +14,16 @@ from sse_starlette import EventSourceResponse
 
 from jobs.states import JobState
 from service import store
-from service.deps import MAX_SEQ, OwnedJob
+from service.deps import MAX_SEQ, OwnedJob, SessionDep
 from service.errors import BadRequest
 from service.models import JobEvent, LogLine, MetricPoint
 from service.schemas import CheckpointPublic, LogLinePublic, MetricPointPublic
+from service.stream_notifier import StreamNotifier
 
 router = APIRouter(prefix="/v1/jobs", tags=["events"])
-POLL_S = 0.05
+# A stream reads again at least this often even if no change was noticed (a safety net only:
+# the notifier wakes it when its job changes).
+REREAD_S = 30.0
 
 
 @router.get("/{job_id}/events", response_class=EventSourceResponse)
@@ -40,30 +44,75 @@ async def stream_events(
         if not 0 <= cursor <= MAX_SEQ:
             raise BadRequest("Last-Event-ID must be an event id from this stream")
     engine: Engine = request.app.state.engine
-    return EventSourceResponse(_follow(engine, job.id, cursor), ping=15, send_timeout=30)
+    notifier: StreamNotifier = request.app.state.stream_notifier
+    return EventSourceResponse(_follow(engine, notifier, job.id, cursor), ping=15, send_timeout=30)
 
 
-async def _follow(engine: Engine, job_id: str, cursor: int) -> AsyncIterator[dict[str, Any]]:
-    while True:
-        try:
-            read = await anyio.to_thread.run_sync(_read, engine, job_id, cursor)
-        except LookupError:
-            return  # the job was deleted while followed
-        cursor = read.cursor
-        for row in read.rows:
-            kind, data = stream_event(row)
-            yield {"id": str(row.seq), "event": kind, "data": json.dumps(data)}
-            if kind == "state" and JobState(data["state"]).is_terminal():
-                return
-        if not read.rows:
-            if read.ended:
-                return  # resumed past the job's end: nothing more will come
-            await asyncio.sleep(POLL_S)
+@dataclass(frozen=True)
+class Batch:
+    """One read of a job's stream, formatted once for every stream that shares it."""
+
+    events: list[dict[str, Any]]
+    cursor: int
+    ended: bool
+    terminal: bool
 
 
-def _read(engine: Engine, job_id: str, cursor: int) -> store.StreamRead:
+async def _follow(
+    engine: Engine, notifier: StreamNotifier, job_id: str, cursor: int
+) -> AsyncIterator[dict[str, Any]]:
+    # Subscribed before the first read: a row committed after that read wakes the wait.
+    with notifier.watch(job_id) as subscription:
+        while True:
+            await subscription.wait(REREAD_S)
+            while True:
+                after = cursor
+                try:
+                    batch = await notifier.shared_read(
+                        job_id,
+                        after,
+                        partial(anyio.to_thread.run_sync, _read, engine, job_id, after),
+                    )
+                except LookupError:
+                    return  # the job was deleted while followed
+                cursor = batch.cursor
+                for event in batch.events:
+                    yield event
+                if batch.terminal:
+                    return
+                if not batch.events:
+                    if batch.ended:
+                        return  # resumed past the job's end: nothing more will come
+                    break
+
+
+def _read(engine: Engine, job_id: str, cursor: int) -> Batch:
     with Session(engine) as session:
-        return store.read_stream(session, job_id, after=cursor)
+        read = store.read_stream(session, job_id, after=cursor)
+    events = []
+    for row in read.rows:
+        kind, data = stream_event(row)
+        events.append({"id": str(row.seq), "event": kind, "data": json.dumps(data)})
+        if kind == "state" and JobState(data["state"]).is_terminal():
+            return Batch(events, row.seq, read.ended, terminal=True)
+    return Batch(events, read.cursor, read.ended, terminal=False)
+
+
+@router.get("/{job_id}/timeline")
+def get_timeline(job: OwnedJob, session: SessionDep) -> dict[str, Any]:
+    """The job's life without its output: its `state`, `restart` and other event rows, in the
+    stream's shape (`{"id", "event", "data"}`), so a page that follows the stream from its
+    current seq can still draw the job's whole timeline. `next_after`: the job's seq when
+    read (follow the events from there)."""
+    rows = store.list_job_events(session, job.id, up_to=job.last_seq)
+    return {
+        "items": [
+            {"id": str(row.seq), "event": kind, "data": data}
+            for row in rows
+            for kind, data in [stream_event(row)]
+        ],
+        "next_after": job.last_seq,
+    }
 
 
 def stream_event(row: store.StreamRow) -> tuple[str, dict[str, Any]]:

@@ -119,6 +119,7 @@ def _replay(existing: Job, request_hash: str, response: Response) -> JobPublic:
 def list_jobs(
     session: SessionDep,
     principal: CurrentPrincipal,
+    settings: SettingsDep,
     state: JobState | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
@@ -135,7 +136,7 @@ def list_jobs(
         raise Forbidden("only an admin lists the jobs of other owners", detail={"owner": owner})
     if not principal.is_admin:
         owner = principal.name
-    rows, total = store.list_jobs(
+    rows, total, estimated = store.list_jobs(
         session,
         owner=owner,
         state=state,
@@ -143,8 +144,13 @@ def list_jobs(
         offset=offset,
         name=name,
         tags=[_tag(item) for item in tag or []],
+        count_limit=settings.job_count_exact_limit,
     )
-    return JobsPublic(items=[JobPublic.model_validate(j) for j in rows], total=total)
+    return JobsPublic(
+        items=[JobPublic.model_validate(j) for j in rows],
+        total=total,
+        total_is_estimate=estimated,
+    )
 
 
 def _tag(item: str) -> tuple[str, str]:

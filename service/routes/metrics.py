@@ -1,11 +1,13 @@
-"""Rank-0 metric points, paged by seq."""
+"""Rank-0 metric points, paged by seq, or downsampled for a chart."""
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from sqlalchemy import Row
 
 from service import store
 from service.deps import MAX_SEQ, OwnedJob, SessionDep
+from service.errors import BadRequest
 from service.schemas import MetricPointPublic, MetricsPublic
 
 router = APIRouter(prefix="/v1/jobs", tags=["metrics"])
@@ -18,9 +20,35 @@ def get_metrics(
     name: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
     after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    max_points: Annotated[
+        int | None,
+        Query(
+            ge=2,
+            le=10_000,
+            description="At most this many points per name, downsampled on the server: each "
+            "bucket's smallest and largest point. `next_after` is then the job's seq when read: "
+            "follow its events from there.",
+        ),
+    ] = None,
 ) -> MetricsPublic:
+    if max_points is not None:
+        if after:
+            raise BadRequest("max_points reads the whole series; it takes no `after`")
+        return _downsampled(session, job.id, name, job.last_seq, max_points)
     rows = store.list_metric_points(session, job.id, name=name, after=after, limit=limit)
     return MetricsPublic(
         items=[MetricPointPublic.from_row(r) for r in rows],
         next_after=rows[-1].seq if rows else after,
     )
+
+
+def _downsampled(
+    session: SessionDep, job_id: str, name: str | None, last_seq: int, max_points: int
+) -> MetricsPublic:
+    names = [name] if name is not None else store.metric_names(session, job_id)
+    rows: list[Row[Any]] = []
+    for each in names:
+        rows += store.downsample(session, job_id, each, last_seq=last_seq, max_points=max_points)
+    rows.sort(key=lambda row: row.seq)
+    items = [MetricPointPublic.model_validate(row._mapping) for row in rows]
+    return MetricsPublic(items=items, next_after=last_seq)

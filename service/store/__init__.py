@@ -46,6 +46,7 @@ from service.store.lifecycle import (
     take_job,
     transition_job,
 )
+from service.store.metric_rollups import delete_rollups, downsample, metric_names
 from service.store.nodes import (
     NodeSeat,
     announce_node_failure,
@@ -65,7 +66,7 @@ from service.store.outputs import (
     list_metric_points,
 )
 from service.store.stacks import JobSignals, NewRankStack, read_job_signals, record_stacks
-from service.store.stream import StreamRead, StreamRow, read_stream
+from service.store.stream import StreamRead, StreamRow, list_job_events, read_stream
 
 __all__ = [
     "JOB_TABLE",
@@ -87,6 +88,8 @@ __all__ = [
     "create_job",
     "delete_checkpoints",
     "delete_job_rows",
+    "delete_rollups",
+    "downsample",
     "end_attempt",
     "find_job_by_idempotency_key",
     "find_lost_jobs",
@@ -96,11 +99,13 @@ __all__ = [
     "join_node",
     "last_sign_of_life",
     "list_checkpoints",
+    "list_job_events",
     "list_jobs",
     "list_log_lines",
     "list_metric_points",
     "list_nodes",
     "mark_node_running",
+    "metric_names",
     "new_id",
     "queued_since",
     "read_job_state",

@@ -14,8 +14,10 @@ from service.models import (
     Job,
     JobEvent,
     JobNode,
+    JobTag,
     LogLine,
     MetricPoint,
+    MetricRollup,
     RankStack,
     utcnow,
 )
@@ -50,6 +52,8 @@ def create_job(
     )
     session.add(job)
     session.flush()
+    for key, value in spec.tags.items():
+        session.add(JobTag(job_id=job.id, key=key, value=value, created_at=job.created_at))
     insert_state_event(session, job.id, JobState.QUEUED, job.attempt, 1, {})
     session.commit()
     return job
@@ -69,27 +73,64 @@ def list_jobs(
     offset: int,
     name: str | None = None,
     tags: Sequence[tuple[str, str]] = (),
-) -> tuple[list[Job], int]:
-    """Jobs newest first, and how many match in all. `owner=None` means every owner; `name`
-    and each (key, value) of `tags` narrow the list (a tag is read from the spec's JSON)."""
-    conditions = []
+    count_limit: int | None = None,
+) -> tuple[list[Job], int, bool]:
+    """Jobs newest first, how many match in all, and whether that number is an estimate.
+    `owner=None` means every owner; `name` and each (key, value) of `tags` narrow the list.
+
+    Each filter has an index that holds its jobs newest first (`Job.__table_args__`, and
+    `JobTag` for tags), so a page costs the same however many jobs there are. Counting costs
+    what it counts: with `count_limit`, at most that many matches are counted; past it the
+    total is `count_limit` and marked as an estimate (a lower bound)."""
+    stmt, conditions = job_list_query(owner=owner, state=state, name=name, tags=tags)
+    rows = list(session.exec(stmt.offset(offset).limit(limit)).all())
+    total, estimated = count_jobs(session, conditions, count_limit)
+    return rows, total, estimated
+
+
+def job_list_query(
+    *,
+    owner: str | None = None,
+    state: JobState | None = None,
+    name: str | None = None,
+    tags: Sequence[tuple[str, str]] = (),
+) -> tuple[Any, list[Any]]:
+    """The SELECT of `list_jobs`, newest first, and its conditions (for counting). With tags,
+    the jobs are read through the first tag's index, which holds them newest first too."""
+    conditions: list[Any] = []
     if owner is not None:
         conditions.append(col(Job.owner) == owner)
     if state is not None:
         conditions.append(col(Job.state) == state)
     if name is not None:
         conditions.append(col(Job.name) == name)
-    for key, value in tags:
-        conditions.append(col(Job.spec)["tags"][key].as_string() == value)
-    total = session.exec(select(func.count()).select_from(Job).where(*conditions)).one()
+    for key, value in tags[1:]:
+        tagged = select(JobTag.job_id).where(JobTag.key == key, JobTag.value == value)
+        conditions.append(col(Job.id).in_(tagged))
+    if not tags:
+        stmt = select(Job).where(*conditions)
+        return stmt.order_by(col(Job.created_at).desc(), col(Job.id).desc()), conditions
+    key, value = tags[0]
+    first = (col(JobTag.key) == key, col(JobTag.value) == value)
     stmt = (
         select(Job)
-        .where(*conditions)
-        .order_by(col(Job.created_at).desc(), col(Job.id).desc())
-        .offset(offset)
-        .limit(limit)
+        .join(JobTag, col(JobTag.job_id) == col(Job.id))
+        .where(*first, *conditions)
+        .order_by(col(JobTag.created_at).desc(), col(JobTag.job_id).desc())
     )
-    return list(session.exec(stmt).all()), int(total)
+    tagged = select(JobTag.job_id).where(*first)
+    return stmt, [*conditions, col(Job.id).in_(tagged)]
+
+
+def count_jobs(session: Session, conditions: list[Any], limit: int | None) -> tuple[int, bool]:
+    """How many jobs match, counting at most `limit` + 1 of them (see `list_jobs`)."""
+    if limit is None:
+        return int(
+            session.exec(select(func.count()).select_from(Job).where(*conditions)).one()
+        ), False
+    matching = select(col(Job.id)).where(*conditions).limit(limit + 1).subquery()
+    counted = int(session.exec(select(func.count()).select_from(matching)).one())
+    return (limit, True) if counted > limit else (counted, False)
 
 
 def find_lost_jobs(session: Session, lost_before: datetime, limit: int = 100) -> list[Job]:
@@ -151,7 +192,16 @@ def touch_job_heartbeat(
 
 def delete_job_rows(session: Session, job_id: str) -> None:
     """Remove a job and every row it produced, in one transaction."""
-    tables: Iterable[Any] = (JobEvent, MetricPoint, LogLine, Checkpoint, JobNode, RankStack)
+    tables: Iterable[Any] = (
+        JobEvent,
+        MetricPoint,
+        MetricRollup,
+        LogLine,
+        Checkpoint,
+        JobNode,
+        JobTag,
+        RankStack,
+    )
     for table in tables:
         session.execute(delete(table).where(col(table.job_id) == job_id))
     session.execute(delete(Job).where(col(Job.id) == job_id))

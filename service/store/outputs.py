@@ -9,6 +9,7 @@ from sqlmodel import Session, col, select
 
 from service.models import Job, LogLine, MetricPoint
 from service.store.lifecycle import JOB_TABLE, allocate_seq
+from service.store.metric_rollups import RollupPoint, add_to_rollups
 
 
 @dataclass(frozen=True)
@@ -53,13 +54,20 @@ def append_output(
     logs: Sequence[NewLogLine] = (),
     points: Sequence[NewMetricPoint] = (),
     progress: dict[str, Any] | None = None,
+    max_log_bytes: int | None = None,
 ) -> None:
     """Insert log lines and metric points in one transaction (bulk inserts: the worker calls
     this several times a second beside busy ranks) and move the job's progress and latest
-    values forward. `progress` holds other Job columns to set (e.g. total_steps).
+    values forward. `progress` holds other Job columns to set (e.g. total_steps). Past
+    `max_log_bytes` stored for the job, log lines are counted, not stored (`cap_log_lines`).
 
     AttemptSuperseded, writing nothing, unless the job is active at `attempt`."""
     if not logs and not points:
+        return
+    if logs:
+        logs = cap_log_lines(session, job_id, logs, max_log_bytes)
+    if not logs and not points:
+        session.commit()
         return
     first = allocate_seq(session, job_id, len(logs) + len(points), attempt=attempt)
     if logs:
@@ -91,7 +99,8 @@ def _insert_points(
     points: Sequence[NewMetricPoint],
     progress: dict[str, Any] | None,
 ) -> None:
-    """The metric points at seqs from `first`, and the job's progress and latest values."""
+    """The metric points at seqs from `first`, their rollups, and the job's progress and
+    latest values."""
     session.execute(
         insert(MetricPoint),
         [
@@ -107,6 +116,9 @@ def _insert_points(
             }
             for i, p in enumerate(points)
         ],
+    )
+    add_to_rollups(
+        session, job_id, [RollupPoint(first + i, p.name, p.value) for i, p in enumerate(points)]
     )
     latest = session.exec(select(Job.latest_metrics).where(Job.id == job_id)).one()
     values: dict[str, Any] = {
@@ -129,13 +141,20 @@ def list_log_lines(
     after: int,
     limit: int,
     node: int | None = None,
+    before: int | None = None,
+    newest_first: bool = False,
 ) -> list[LogLine]:
+    """Lines with `after < seq < before`, oldest first, or the newest `limit` of them newest
+    first (a job's tail, then older pages with `before` = the oldest seq seen)."""
     stmt = select(LogLine).where(LogLine.job_id == job_id, col(LogLine.seq) > after)
+    if before is not None:
+        stmt = stmt.where(col(LogLine.seq) < before)
     if rank is not None:
         stmt = stmt.where(LogLine.rank == rank)
     if node is not None:
         stmt = stmt.where(LogLine.node == node)
-    return list(session.exec(stmt.order_by(col(LogLine.seq)).limit(limit)).all())
+    order = col(LogLine.seq).desc() if newest_first else col(LogLine.seq)
+    return list(session.exec(stmt.order_by(order).limit(limit)).all())
 
 
 def list_metric_points(
@@ -145,3 +164,39 @@ def list_metric_points(
     if name is not None:
         stmt = stmt.where(MetricPoint.name == name)
     return list(session.exec(stmt.order_by(col(MetricPoint.seq)).limit(limit)).all())
+
+
+LOG_CAP_NOTICE = (
+    "[launchbay] this job stored its limit of {limit} log bytes; further lines are counted, "
+    "not stored"
+)
+
+
+def cap_log_lines(
+    session: Session, job_id: str, logs: Sequence[NewLogLine], max_log_bytes: int | None
+) -> Sequence[NewLogLine]:
+    """The lines to store under the job's log cap, counting their bytes on the job (not
+    committed). The lines past the cap are counted in `Job.log_lines_dropped`; when a job first
+    reaches the cap, a line saying so takes the place of the first line dropped."""
+    stored = session.exec(select(Job.log_bytes).where(Job.id == job_id)).first() or 0
+    kept: list[NewLogLine] = []
+    used = 0
+    dropped = 0
+    for line in logs:
+        size = len(line.line.encode())
+        if max_log_bytes is None or stored + used + size <= max_log_bytes:
+            kept.append(line)
+            used += size
+        elif stored + used <= max_log_bytes:
+            notice = LOG_CAP_NOTICE.format(limit=max_log_bytes)
+            kept.append(NewLogLine(rank=line.rank, ts=line.ts, line=notice, node=line.node))
+            # The notice is counted past the cap, so it is written once.
+            used = max_log_bytes - stored + 1
+            dropped += 1
+        else:
+            dropped += 1
+    values: dict[str, Any] = {"log_bytes": Job.log_bytes + used}
+    if dropped:
+        values["log_lines_dropped"] = Job.log_lines_dropped + dropped
+    session.execute(update(JOB_TABLE).where(col(Job.id) == job_id).values(**values))
+    return kept

@@ -45,3 +45,16 @@ def read_stream(session: Session, job_id: str, *, after: int, window: int = 500)
         rows.extend(session.exec(stmt).all())
     rows.sort(key=lambda row: row.seq)
     return StreamRead(rows, upper, ended)
+
+
+def list_job_events(
+    session: Session, job_id: str, *, up_to: int, limit: int = 10_000
+) -> list[JobEvent]:
+    """The job's event rows (state changes, restarts, retired checkpoints) with seq ≤ `up_to`,
+    in seq order."""
+    stmt = (
+        select(JobEvent)
+        .where(JobEvent.job_id == job_id, col(JobEvent.seq) <= up_to)
+        .order_by(col(JobEvent.seq))
+    )
+    return list(session.exec(stmt.limit(limit)).all())

@@ -84,6 +84,7 @@ STORE_LAYERS = [
     "lifecycle",
     "nodes",
     "job_rows",
+    "metric_rollups",
     "outputs",
     "checkpoints",
     "stream",

@@ -110,6 +110,8 @@ export const api = {
     request("GET", `${job(id)}/checkpoints/${encodeURIComponent(ref)}/download`, { raw: true }),
   listRecipes: (signal) => request("GET", "/v1/recipes", { signal }),
   listMetrics: (id, params, signal) => request("GET", `${job(id)}/metrics`, { params, signal }),
+  listLogs: (id, params, signal) => request("GET", `${job(id)}/logs`, { params, signal }),
+  getTimeline: (id, signal) => request("GET", `${job(id)}/timeline`, { signal }),
   // Whether the token is an admin's (only an admin lists tokens); asked once per tab.
   isAdmin: async (signal) => {
     const known = sessionStorage.getItem("launchbay.is-admin");

@@ -109,6 +109,40 @@ export class LogViewer {
     }
   }
 
+  // Older lines (a page of GET /logs?order=desc), newest first: put before what is shown.
+  prepend(newestFirst) {
+    for (const line of newestFirst) {
+      const lines = this.ensure(line.rank);
+      this.noteNode(line);
+      if (lines.length < KEEP_LINES) lines.unshift(line.line);
+    }
+    for (const tab of this.tabs.children) tab.dataset.lines = String((this.lines.get(Number(tab.dataset.rank)) || []).length);
+    const fromEnd = this.pane.scrollHeight - this.pane.scrollTop;
+    const lines = this.lines.get(this.rank) || [];
+    this.pane.replaceChildren(...lines.map((text) => h("div", { class: "log-line" }, text)));
+    this.showEmpty();
+    if (this.follow) this.scrollToEnd();
+    else this.pane.scrollTop = this.pane.scrollHeight - fromEnd;
+  }
+
+  // `load()` fetches the next older page; asked for by the button, or by scrolling to the top.
+  setOlder(load) {
+    const button = h("button", { type: "button", class: "small", id: "log-older" }, "older lines");
+    const more = async () => {
+      if (button.disabled) return;
+      button.disabled = true;
+      const left = await load().catch(() => true);
+      button.disabled = false;
+      button.hidden = !left;
+    };
+    button.onclick = more;
+    this.pane.addEventListener("scroll", () => {
+      if (this.pane.scrollTop === 0 && !button.hidden) more();
+    });
+    this.tabs.parentElement.append(button);
+    return button;
+  }
+
   show(rank) {
     this.rank = rank;
     for (const tab of this.tabs.children) {

@@ -20,6 +20,8 @@ from tests.unit.client.test_client_download import URL as DOWNLOAD_URL
 from tests.unit.client.test_client_download import FileServer
 from tests.unit.client.test_client_sse import EVENTS, sse
 
+LOGS = "/v1/jobs/j1/logs"
+
 
 @pytest.fixture(autouse=True)
 def _quiet_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,6 +124,7 @@ def test_submit_wait_follows_the_job(api: FakeApi, tmp_path: Path) -> None:
     final = job(state="failed", exit_reason="oom", message="CUDA out of memory")
     api.on("GET", "/v1/jobs/j1", reply(200, job(state="queued")), reply(200, final))
     api.on("GET", EVENTS, reply(200, content=_stream_ending("failed", "oom")))
+    api.on("GET", LOGS, reply(200, {"items": [], "next_after": 0}))
     result = launchbay(api, "submit", str(spec), "--wait")
     assert result.exit_code == 1, result.output
     assert "submitted job j1 (demo)" in result.stderr
@@ -151,10 +154,31 @@ def test_watch_follows_events_and_exits_by_final_state(
     final = job(state=state, exit_reason=reason, message=message)
     api.on("GET", "/v1/jobs/j1", reply(200, job(state="queued")), reply(200, final))
     api.on("GET", EVENTS, reply(200, content=_stream_ending(state, reason, message)))
+    api.on("GET", LOGS, reply(200, {"items": [], "next_after": 0}))
     result = launchbay(api, "watch", "j1")
     assert result.exit_code == code, result.output
     last_line = result.stdout.strip().splitlines()[-1]
     assert last_line == f"job j1 {state} ({reason})" + (f": {message}" if message else "")
+
+
+def test_watch_opens_with_the_logs_tail_and_follows_from_its_seq(api: FakeApi) -> None:
+    """A long job is not replayed: the last lines, oldest first, then events after them."""
+    final = job(state="succeeded", exit_reason="completed")
+    api.on("GET", "/v1/jobs/j1", reply(200, job(state="running")), reply(200, final))
+    tail = [
+        {"seq": 1_000_000 - i, "rank": 0, "node": 0, "ts": 0.0, "line": f"late {i}"}
+        for i in range(3)
+    ]
+    api.on("GET", LOGS, reply(200, {"items": tail, "next_after": 1_000_001}))
+    ending = sse((1_000_002, "state", {"state": "succeeded", "exit_reason": "completed"}))
+    api.on("GET", EVENTS, reply(200, content=ending))
+    result = launchbay(api, "watch", "j1")
+    assert result.exit_code == 0, result.output
+    printed = result.stdout
+    assert printed.index("late 2") < printed.index("late 1") < printed.index("late 0")
+    (asked,) = api.sent("GET", LOGS)
+    assert dict(asked.url.params) == {"order": "desc", "limit": "8", "after": "0"}
+    assert [r.headers.get("Last-Event-ID") for r in api.sent("GET", EVENTS)] == ["1000001"]
 
 
 def test_watch_of_an_ended_job_prints_its_end_at_once(api: FakeApi) -> None:
@@ -190,7 +214,7 @@ def test_watch_exits_3_when_the_api_goes_away(api: FakeApi) -> None:
 
 
 def test_list_json_is_machine_readable(api: FakeApi) -> None:
-    page = {"items": [job(), job("j2", state="failed")], "total": 2}
+    page = {"items": [job(), job("j2", state="failed")], "total": 2, "total_is_estimate": False}
     api.on("GET", "/v1/jobs", reply(200, page))
     result = launchbay(api, "list", "--state", "failed", "--limit", "2", "--json")
     assert result.exit_code == 0
@@ -427,3 +451,11 @@ def test_client_commands_never_import_the_server_side() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_list_says_when_the_total_is_an_estimate(api: FakeApi) -> None:
+    page = {"items": [job()], "total": 1000, "total_is_estimate": True}
+    api.on("GET", "/v1/jobs", reply(200, page))
+    result = launchbay(api, "list")
+    assert result.exit_code == 0, result.output
+    assert "1 of 1000+ jobs" in result.stdout

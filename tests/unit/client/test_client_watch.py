@@ -21,6 +21,7 @@ def test_live_display_on_a_terminal(api: FakeApi, lb: Client) -> None:
         (4, "state", {"state": "succeeded", "exit_reason": "completed"}),
     )
     api.on("GET", EVENTS, reply(200, content=stream))
+    api.on("GET", "/v1/jobs/j1/logs", reply(200, {"items": [], "next_after": 0}))
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=100, color_system=None)
     assert follow_job(lb, "j1", console).state == "succeeded"

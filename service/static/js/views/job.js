@@ -1,6 +1,7 @@
 // One job: state timeline, live metric charts, per-rank logs, checkpoints, the nodes of a
-// multi-node job and its spec, all fed by GET /v1/jobs/{id}/events (resumed with
-// Last-Event-ID when it drops).
+// multi-node job and its spec. It opens in the same time however long the job ran: the
+// timeline, the charts (downsampled on the server) and the logs' tail are read first, then
+// GET /v1/jobs/{id}/events is followed from there (resumed with Last-Event-ID when it drops).
 
 import { api } from "../api.js";
 import { MetricCharts } from "../charts.js";
@@ -106,6 +107,8 @@ export async function renderJob(ctx) {
   checkpoints.refresh(ctx.signal).catch(() => {});
   refreshNodes().catch(() => {});
 
+  const cursors = await loadHistory(id, ctx.signal, { timeline, metricCharts, noMetrics, logs });
+
   let pending = null;
   const refreshSoon = () => {
     if (pending) return;
@@ -115,7 +118,8 @@ export async function renderJob(ctx) {
     }, 150);
   };
   const stream = new EventStream(api.eventsPath(id), {
-    onEvent: ({ event, data }) => {
+    onEvent: ({ id: seq, event, data }) => {
+      if (Number(seq) <= (cursors[event] ?? cursors.timeline)) return; // already drawn
       if (event === "metric") {
         noMetrics.hidden = true;
         metricCharts.add(data);
@@ -133,7 +137,9 @@ export async function renderJob(ctx) {
       if (fatal) streamStatus.textContent = `live updates stopped: ${describeError(err)}`;
     },
     isFinished: async () => TERMINAL.has((await refreshJob()).state),
-  }).start();
+  });
+  stream.lastEventId = String(Math.min(cursors.timeline, cursors.metric, cursors.log));
+  stream.start();
   ctx.onCleanup(() => stream.close());
 
   const timer = setInterval(() => {
@@ -141,6 +147,32 @@ export async function renderJob(ctx) {
   }, REFRESH_MS);
   ctx.onCleanup(() => clearInterval(timer));
   ctx.onCleanup(() => clearTimeout(pending));
+}
+
+const CHART_POINTS = 1000;
+const TAIL_LINES = 200;
+
+// What the job recorded so far, in requests whose cost does not grow with its history; the
+// seq each part covers, by event name, so the stream's events up to it are skipped.
+async function loadHistory(id, signal, { timeline, metricCharts, noMetrics, logs }) {
+  const [states, metrics, tail] = await Promise.all([
+    api.getTimeline(id, signal),
+    api.listMetrics(id, { max_points: CHART_POINTS }, signal),
+    api.listLogs(id, { order: "desc", limit: TAIL_LINES }, signal),
+  ]);
+  for (const item of states.items) addTimelineItem(timeline, item.event, item.data);
+  for (const point of metrics.items) metricCharts.add(point);
+  if (metrics.items.length) noMetrics.hidden = true;
+  logs.prepend(tail.items);
+  let before = tail.next_before ?? null;
+  const older = logs.setOlder(async () => {
+    const page = await api.listLogs(id, { order: "desc", limit: TAIL_LINES, before }, signal);
+    logs.prepend(page.items);
+    before = page.next_before ?? null;
+    return before !== null;
+  });
+  older.hidden = before === null;
+  return { timeline: states.next_after, metric: metrics.next_after, log: tail.next_after };
 }
 
 function section(title, ...children) {

@@ -147,7 +147,7 @@ export async function renderJobs(ctx) {
     empty.hidden = page.items.length > 0;
     count.textContent =
       page.total > page.items.length
-        ? `newest ${page.items.length} of ${page.total}`
+        ? `newest ${page.items.length} of ${page.total}${page.total_is_estimate ? "+" : ""}`
         : `${page.total} job${page.total === 1 ? "" : "s"}`;
   };
   const showProblem = (err) => {

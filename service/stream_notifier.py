@@ -1,0 +1,185 @@
+"""One watcher of the database per API process that wakes the event streams whose job changed.
+
+Every open event stream (`GET /v1/jobs/{id}/events`) waits on this notifier instead of
+polling the database itself. While at least one stream waits, one poller asks the database
+every `interval_s` for the `last_seq` and state of the jobs being watched, in one query, and
+wakes the streams of the jobs whose row changed; a stream then reads its new rows once. Cost
+per tick is one indexed query whatever the number of streams, and none at all when nobody
+watches.
+
+While no watched job changes for `IDLE_AFTER_S`, the poller ticks `IDLE_FACTOR` times less
+often: a team's open tabs on queued or finished-looking jobs cost a few small queries a
+second, and the first change after a quiet spell is seen within that longer tick.
+
+Streams of one job that wake together share one read of its new rows (`shared_read`): a
+hundred tabs on one running job cost one query per change, not a hundred.
+
+Why a poller and not PostgreSQL's LISTEN/NOTIFY or Redis pub/sub: a job's rows are written by
+other processes (workers on other hosts, the reaper, other API processes) on SQLite as on
+PostgreSQL, and `Job.last_seq` is the one value every one of those writes moves in the same
+transaction. Reading it needs no change in any writer and cannot miss a writer that forgot to
+publish; LISTEN/NOTIFY does not exist on SQLite, and a lost pub/sub message would stall a
+stream (docs/benchmarks.md, "Flat costs", has the measurements).
+
+Use: `watch(job_id)` before reading the job's stream, then `wait()` when the read brought
+nothing. A change that lands between the read and the wait still wakes the waiter: the
+subscription's flag is set by the poller and cleared only by `wait()` returning.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar, cast
+
+import anyio.to_thread
+from sqlalchemy import bindparam, select
+from sqlalchemy.engine import Engine
+
+from service.models import Job
+
+log = logging.getLogger("launchbay.stream")
+T = TypeVar("T")
+# How many job ids one poll query names at most (SQLite's bound parameter limit is 32766).
+MAX_IDS_PER_QUERY = 900
+# With no change seen for this long, the poller ticks `IDLE_FACTOR` times less often.
+IDLE_AFTER_S = 2.0
+IDLE_FACTOR = 5
+JOB = Job.__table__  # type: ignore[attr-defined]
+POSITIONS = select(JOB.c.id, JOB.c.last_seq).where(JOB.c.id.in_(bindparam("ids", expanding=True)))
+
+
+class Subscription:
+    """One stream's interest in one job: set when the job's row changed."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        self._changed = asyncio.Event()
+        # Set at once: the first read is due whatever the poller has seen.
+        self._changed.set()
+
+    def notify(self) -> None:
+        self._changed.set()
+
+    async def wait(self, timeout_s: float) -> None:
+        """Until the job changed since the last `wait()` (or for `timeout_s`, a safety net)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout_s)
+        self._changed.clear()
+
+
+class StreamNotifier:
+    """The poller and its subscriptions, owned by the app (started in its lifespan)."""
+
+    def __init__(self, engine: Engine, interval_s: float) -> None:
+        self.engine = engine
+        self.interval_s = interval_s
+        self._subscriptions: dict[str, set[Subscription]] = defaultdict(set)
+        # last_seq of each watched job when last polled (None: gone); absent: not seen yet.
+        self._seen: dict[str, int | None] = {}
+        # How many times each watched job was seen to change: a read started at generation g
+        # saw every row committed before the change numbered g was noticed.
+        self._generation: dict[str, int] = defaultdict(int)
+        self._reads: dict[tuple[str, int], tuple[int, asyncio.Task[Any]]] = {}
+        self._last_change = 0.0
+        self._someone_waits = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.polls = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="stream-notifier")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    @contextlib.contextmanager
+    def watch(self, job_id: str) -> Iterator[Subscription]:
+        """A subscription to `job_id` for the duration of the block."""
+        subscription = Subscription(job_id)
+        self._subscriptions[job_id].add(subscription)
+        self._someone_waits.set()
+        try:
+            yield subscription
+        finally:
+            watchers = self._subscriptions.get(job_id)
+            if watchers is not None:
+                watchers.discard(subscription)
+                if not watchers:
+                    del self._subscriptions[job_id]
+                    self._seen.pop(job_id, None)
+                    self._generation.pop(job_id, None)
+
+    @property
+    def watched(self) -> int:
+        return sum(len(s) for s in self._subscriptions.values())
+
+    async def _run(self) -> None:
+        while True:
+            if not self._subscriptions:
+                self._someone_waits.clear()
+                await self._someone_waits.wait()
+            try:
+                if await self.poll_once():
+                    self._last_change = time.monotonic()
+            except Exception as exc:  # the database away: streams wait, then time out
+                log.warning("stream notifier: poll failed: %s: %s", type(exc).__name__, exc)
+            quiet = time.monotonic() - self._last_change > IDLE_AFTER_S
+            await asyncio.sleep(self.interval_s * (IDLE_FACTOR if quiet else 1))
+
+    async def poll_once(self) -> bool:
+        """Read the watched jobs' positions once and wake the watchers of those that moved;
+        whether any had (a job's first sighting counts: its watchers' reads may predate it)."""
+        job_ids = list(self._subscriptions)
+        if not job_ids:
+            return False
+        now = await anyio.to_thread.run_sync(read_positions, self.engine, job_ids)
+        self.polls += 1
+        changed = False
+        for job_id in job_ids:
+            position = now.get(job_id)
+            if job_id in self._seen and self._seen[job_id] == position:
+                continue
+            changed = True
+            self._seen[job_id] = position
+            self._generation[job_id] += 1
+            for subscription in self._subscriptions.get(job_id, ()):
+                subscription.notify()
+        return changed
+
+    def generation(self, job_id: str) -> int:
+        return self._generation.get(job_id, 0)
+
+    async def shared_read(self, job_id: str, after: int, read: Callable[[], Awaitable[T]]) -> T:
+        """`read()` of the job's rows after `after`, shared with the other streams of the job
+        at the same cursor whose read began no earlier than the last change this one knows of
+        (an older read may have missed that change's rows)."""
+        generation = self.generation(job_id)
+        key = (job_id, after)
+        found = self._reads.get(key)
+        if found is None or found[0] < generation:
+            task: asyncio.Task[Any] = asyncio.ensure_future(read())
+            self._reads[key] = (generation, task)
+            task.add_done_callback(lambda _: self._forget(key, task))
+            found = (generation, task)
+        return cast(T, await asyncio.shield(found[1]))
+
+    def _forget(self, key: tuple[str, int], task: asyncio.Task[Any]) -> None:
+        if self._reads.get(key, (0, None))[1] is task:
+            del self._reads[key]
+
+
+def read_positions(engine: Engine, job_ids: list[str]) -> dict[str, int]:
+    """`last_seq` of each job that exists, by id (deleted jobs are absent). Every write of a
+    job's rows, state changes included, moves its `last_seq` in the same transaction."""
+    found: dict[str, int] = {}
+    with engine.connect() as connection:
+        for start in range(0, len(job_ids), MAX_IDS_PER_QUERY):
+            chunk = job_ids[start : start + MAX_IDS_PER_QUERY]
+            for job_id, last_seq in connection.execute(POSITIONS, {"ids": chunk}):
+                found[job_id] = int(last_seq)
+    return found

@@ -1,0 +1,218 @@
+"""A job's page in bounded time: charts downsampled on the server from rollups, the logs' tail
+paged backwards, the per-job log cap and the retention of old jobs' outputs (real databases)."""
+
+import math
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from jobs.spec import JobSpec
+from jobs.states import ExitReason, JobState
+from service import store
+from service.db import make_engine
+from service.models import Job, LogLine, MetricPoint, MetricRollup, utcnow
+from service.retention import prune_outputs
+from service.settings import Settings
+from service.store.metric_rollups import downsample
+
+
+@pytest.fixture
+def engine(settings: Settings) -> Iterator[Engine]:
+    engine = make_engine(settings.resolved_database_url)
+    yield engine
+    engine.dispose()
+
+
+def running_job(engine: Engine) -> str:
+    with Session(engine, expire_on_commit=False) as session:
+        job = store.create_job(session, JobSpec(name="long", recipe="synthetic"))
+        store.transition_job(session, job.id, JobState.STARTING, attempt=1)
+        store.transition_job(session, job.id, JobState.RUNNING, attempt=1)
+        return job.id
+
+
+def write_series(engine: Engine, job_id: str, steps: int, spike_at: int) -> None:
+    """`loss` and `lr` every step, with log lines between; `loss` has one spike up and one
+    down, which a downsampled chart must keep."""
+    with Session(engine) as session:
+        for first in range(0, steps, 500):
+            points = []
+            for step in range(first, min(first + 500, steps)):
+                loss = 1.0 + math.sin(step / 50) / 10
+                if step == spike_at:
+                    loss = 50.0
+                if step == spike_at + 7:
+                    loss = -50.0
+                points += [
+                    store.NewMetricPoint(step, 0, "loss", loss, float(step)),
+                    store.NewMetricPoint(step, 0, "lr", 0.1, float(step)),
+                ]
+            logs = [store.NewLogLine(0, float(first), f"line {first + i}") for i in range(3)]
+            store.append_output(session, job_id, 1, logs=logs, points=points)
+
+
+def test_metrics_downsampled_keep_every_spike_and_at_most_max_points(
+    api: TestClient, engine: Engine
+) -> None:
+    job_id = running_job(engine)
+    write_series(engine, job_id, steps=1500, spike_at=1234)
+    body = api.get(f"/v1/jobs/{job_id}/metrics", params={"max_points": 100}).json()
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for point in body["items"]:
+        by_name.setdefault(point["name"], []).append(point)
+    assert set(by_name) == {"loss", "lr"}
+    assert all(2 <= len(points) <= 100 for points in by_name.values())
+    loss = by_name["loss"]
+    assert {p["step"] for p in loss if abs(p["value"]) == 50.0} == {1234, 1241}
+    assert [p["seq"] for p in body["items"]] == sorted(p["seq"] for p in body["items"])
+    with Session(engine) as session:
+        last_seq = session.exec(select(Job.last_seq).where(Job.id == job_id)).one()
+    assert body["next_after"] == last_seq
+    # Each point is a real point, as GET /metrics pages it.
+    page = api.get(
+        f"/v1/jobs/{job_id}/metrics", params={"name": "loss", "after": loss[0]["seq"] - 1}
+    ).json()
+    assert page["items"][0] == loss[0]
+    # A series that fits is answered whole.
+    whole = api.get(f"/v1/jobs/{job_id}/metrics", params={"name": "lr", "max_points": 5000})
+    assert len(whole.json()["items"]) == 1500
+
+
+def test_rollups_answer_as_a_scan_of_every_point_would(engine: Engine) -> None:
+    """The rollups kept as points are written give the extremes a full scan finds."""
+    job_id = running_job(engine)
+    write_series(engine, job_id, steps=1000, spike_at=777)
+    with Session(engine) as session:
+        last_seq = session.exec(select(Job.last_seq).where(Job.id == job_id)).one()
+        fast = downsample(session, job_id, "loss", last_seq=last_seq, max_points=64)
+        every = session.exec(
+            select(MetricPoint).where(MetricPoint.job_id == job_id, MetricPoint.name == "loss")
+        ).all()
+        assert max(p.value for p in fast) == max(p.value for p in every)
+        assert min(p.value for p in fast) == min(p.value for p in every)
+        assert len(fast) <= 64
+        # Points stored without rollups (before they were kept) are bucketed by a scan.
+        session.execute(MetricRollup.__table__.delete())  # type: ignore[attr-defined]
+        scanned = downsample(session, job_id, "loss", last_seq=last_seq, max_points=64)
+        assert len(scanned) <= 64 and {50.0, -50.0} <= {p.value for p in scanned}
+        session.rollback()
+
+
+BAD_MAX_POINTS: list[tuple[dict[str, Any], int]] = [
+    ({"max_points": 1}, 422),
+    ({"max_points": 10_001}, 422),
+    ({"max_points": "lots"}, 422),
+    ({"max_points": 10, "after": 5}, 400),
+    ({"max_points": 2**63}, 422),
+]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_bad_max_points_get_the_error_body(api: TestClient, engine: Engine) -> None:
+    job_id = running_job(engine)
+    for params, status in BAD_MAX_POINTS:
+        response = api.get(f"/v1/jobs/{job_id}/metrics", params=params)
+        assert response.status_code == status, params
+        assert set(response.json()["error"]) == {"code", "message", "detail"}
+
+
+def test_logs_tail_newest_first_then_older_pages_cover_every_line_once(
+    api: TestClient, engine: Engine
+) -> None:
+    job_id = running_job(engine)
+    with Session(engine) as session:
+        for batch in range(5):
+            lines = [store.NewLogLine(i % 2, 0.0, f"b{batch} l{i}") for i in range(7)]
+            store.append_log_lines(session, job_id, 1, lines)
+        last_seq = session.exec(select(Job.last_seq).where(Job.id == job_id)).one()
+    path = f"/v1/jobs/{job_id}/logs"
+    tail = api.get(path, params={"order": "desc", "limit": 10}).json()
+    assert [i["line"] for i in tail["items"][:2]] == ["b4 l6", "b4 l5"]
+    assert tail["next_after"] == last_seq
+    seen = [i["seq"] for i in tail["items"]]
+    before = tail["next_before"]
+    while before is not None:
+        page = api.get(path, params={"order": "desc", "limit": 10, "before": before}).json()
+        seen += [i["seq"] for i in page["items"]]
+        before = page.get("next_before")
+    forward = api.get(path).json()
+    assert seen == sorted((i["seq"] for i in forward["items"]), reverse=True)
+    assert len(seen) == 35
+    # The default order and body are as they were.
+    assert set(forward) == {"items", "next_after"}
+    rank1 = api.get(path, params={"order": "desc", "rank": 1, "limit": 1000}).json()
+    assert {i["rank"] for i in rank1["items"]} == {1} and "next_before" not in rank1
+    for bad in ({"order": "sideways"}, {"before": 0}, {"before": "x"}, {"order": "desc;--"}):
+        response = api.get(path, params=bad)
+        assert response.status_code == 422, bad
+        assert response.json()["error"]["code"]
+
+
+def test_past_the_log_cap_lines_are_counted_not_stored(engine: Engine, api: TestClient) -> None:
+    job_id = running_job(engine)
+    cap = 1000
+    with Session(engine) as session:
+        for batch in range(4):
+            lines = [store.NewLogLine(0, 0.0, f"{batch:02d}" + "x" * 98) for _ in range(4)]
+            store.append_output(session, job_id, 1, logs=lines, max_log_bytes=cap)
+        # Metric points still go in past the log cap.
+        store.append_output(
+            session,
+            job_id,
+            1,
+            logs=[store.NewLogLine(0, 0.0, "y" * 100)],
+            points=[store.NewMetricPoint(1, 0, "loss", 0.5, 0.0)],
+            max_log_bytes=cap,
+        )
+        stored = session.exec(select(LogLine.line).where(LogLine.job_id == job_id)).all()
+        job = session.get(Job, job_id)
+        assert job is not None
+    assert len(stored) == 11 and stored[-1].startswith("[launchbay] this job stored its limit")
+    assert sum(len(line) for line in stored[:-1]) <= cap
+    assert job.log_lines_dropped == 17 - 10
+    body = api.get(f"/v1/jobs/{job_id}/logs").json()
+    assert body["lines_dropped"] == job.log_lines_dropped
+    assert api.get(f"/v1/jobs/{job_id}/metrics").json()["items"][0]["value"] == 0.5
+
+
+def test_retention_deletes_old_finished_jobs_outputs_only(
+    engine: Engine, settings: Settings
+) -> None:
+    old, recent, running = running_job(engine), running_job(engine), running_job(engine)
+    with Session(engine) as session:
+        for job_id in (old, recent, running):
+            store.append_output(
+                session,
+                job_id,
+                1,
+                logs=[store.NewLogLine(0, 0.0, "hello")],
+                points=[store.NewMetricPoint(1, 0, "loss", 0.5, 0.0)],
+            )
+        for job_id in (old, recent):
+            store.transition_job(
+                session, job_id, JobState.SUCCEEDED, attempt=1, exit_reason=ExitReason.COMPLETED
+            )
+        session.execute(
+            update(Job).where(Job.id == old).values(finished_at=utcnow() - timedelta(days=10))  # type: ignore[arg-type]
+        )
+        session.commit()
+    policy = settings.model_copy(update={"metrics_retention_days": 7, "logs_retention_days": 9})
+    assert sorted(prune_outputs(engine, policy, utcnow())) == [old, old]
+    assert prune_outputs(engine, policy, utcnow()) == []  # visited once
+    with Session(engine) as session:
+        for table in (MetricPoint, LogLine, MetricRollup):
+            owners = set(session.exec(select(table.job_id)).all())  # type: ignore[attr-defined]
+            assert owners == {recent, running}, table
+        job = session.get(Job, old)
+        assert job is not None and job.metrics_pruned_at and job.logs_pruned_at
+        assert job.latest_metrics == {"loss": 0.5}
+    # Deleting a job removes its rollups and tags too (foreign keys hold on PostgreSQL).
+    with Session(engine) as session:
+        store.delete_job_rows(session, recent)
+        assert not session.exec(select(MetricRollup).where(MetricRollup.job_id == recent)).all()

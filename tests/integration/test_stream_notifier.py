@@ -1,0 +1,173 @@
+"""Idle event streams cost one query per tick per API process, whatever their number, and a
+row written by another process wakes exactly the streams of its job (real databases)."""
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from jobs.spec import JobSpec
+from jobs.states import ExitReason, JobState
+from service import store
+from service.db import make_engine
+from service.settings import Settings
+from service.stream_notifier import StreamNotifier
+
+# Another process writes as a worker does: log lines, then the job's end.
+WRITER = """
+import sys, time
+from sqlmodel import Session
+from jobs.states import ExitReason, JobState
+from service import store
+from service.db import make_engine
+engine = make_engine(sys.argv[1])
+with Session(engine) as session:
+    store.append_log_lines(session, sys.argv[2], 1, [store.NewLogLine(0, time.time(), "from afar")])
+    if sys.argv[3] == "end":
+        store.transition_job(session, sys.argv[2], JobState.SUCCEEDED, attempt=1,
+                             exit_reason=ExitReason.COMPLETED)
+engine.dispose()
+"""
+
+
+@pytest.fixture
+def engine(settings: Settings) -> Iterator[Engine]:
+    engine = make_engine(settings.resolved_database_url)
+    yield engine
+    engine.dispose()
+
+
+def running_job(engine: Engine) -> str:
+    with Session(engine, expire_on_commit=False) as session:
+        job = store.create_job(session, JobSpec(name="watched", recipe="synthetic"))
+        store.transition_job(session, job.id, JobState.STARTING, attempt=1)
+        store.transition_job(session, job.id, JobState.RUNNING, attempt=1)
+        return job.id
+
+
+def write_from_another_process(url: str, job_id: str, end: bool = False) -> None:
+    subprocess.run(
+        [sys.executable, "-c", WRITER, url, job_id, "end" if end else "more"],
+        check=True,
+        timeout=60,
+    )
+
+
+def count_statements(engine: Engine) -> list[str]:
+    seen: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *args: seen.append(args[2]))
+    return seen
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_idle_streams_cost_one_query_a_tick_and_wake_on_their_job_only(
+    engine: Engine, settings: Settings
+) -> None:
+    jobs = [running_job(engine) for _ in range(3)]
+    statements = count_statements(engine)
+
+    async def scenario() -> dict[str, Any]:
+        notifier = StreamNotifier(engine, interval_s=0.05)
+        notifier.start()
+        try:
+            with contextlib.ExitStack() as watching:
+                subscriptions = [watching.enter_context(notifier.watch(j)) for j in jobs * 20]
+                # The first wait of each returns at once (its first read is due).
+                await asyncio.gather(*(s.wait(1) for s in subscriptions))
+                await notifier.poll_once()  # the positions seen: from now on, only changes
+                await asyncio.gather(*(s.wait(0) for s in subscriptions))  # its first wake-ups
+                statements.clear()
+                polls = notifier.polls
+                idle_s = 0.6
+                await asyncio.sleep(idle_s)
+                idle = {"statements": len(statements), "ticks": notifier.polls - polls}
+                woken: set[str] = set()
+
+                async def waiter(s: Any) -> None:
+                    await s.wait(10)
+                    woken.add(s.job_id)
+
+                waiters = [asyncio.create_task(waiter(s)) for s in subscriptions]
+                await asyncio.to_thread(
+                    write_from_another_process, settings.resolved_database_url, jobs[0]
+                )
+                deadline = time.monotonic() + 5
+                while jobs[0] not in woken and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.2)  # a few ticks more: nobody else wakes
+                for task in waiters:
+                    task.cancel()
+                return {**idle, "woken": woken}
+        finally:
+            await notifier.stop()
+
+    result = asyncio.run(scenario())
+    # 60 idle streams: the poller's one query a tick, not one per stream and tick.
+    assert 3 <= result["ticks"] <= 15
+    assert result["statements"] <= result["ticks"] + 1
+    assert result["woken"] == {jobs[0]}
+
+
+def read_events(api: TestClient, job_id: str, headers: dict[str, str]) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    with api.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers) as response:
+        assert response.status_code == 200
+        current: dict[str, Any] = {}
+        for line in response.iter_lines():
+            if line.startswith(("id:", "event:", "data:")):
+                key, _, value = line.partition(":")
+                current[key] = value.strip()
+            elif not line and "id" in current:
+                events.append({**current, "data": json.loads(current["data"])})
+                current = {}
+    return events
+
+
+def test_a_stream_resumes_exactly_and_is_woken_by_a_later_write(
+    api: TestClient, engine: Engine
+) -> None:
+    job_id = running_job(engine)
+    with Session(engine) as session:
+        store.append_log_lines(
+            session, job_id, 1, [store.NewLogLine(0, 0.0, f"l{i}") for i in range(5)]
+        )
+    # Resume after the 2nd log line (the job's seqs: queued, starting, running, then lines).
+    resume_after = 5
+
+    def write_and_end() -> None:
+        """On a connection of its own (another process's write is the test above)."""
+        with Session(engine) as session:
+            store.append_log_lines(session, job_id, 1, [store.NewLogLine(0, 0.0, "from afar")])
+            store.transition_job(
+                session, job_id, JobState.SUCCEEDED, attempt=1, exit_reason=ExitReason.COMPLETED
+            )
+
+    # Written while the stream waits: after its first read, before anything else happens.
+    writer = threading.Timer(0.5, write_and_end)
+    writer.start()
+    try:
+        events = read_events(api, job_id, {"Last-Event-ID": str(resume_after)})
+    finally:
+        writer.join()
+    seqs = [int(e["id"]) for e in events]
+    assert seqs == list(range(resume_after + 1, resume_after + 1 + len(seqs)))
+    assert [e["data"]["line"] for e in events if e["event"] == "log"] == [
+        "l2",
+        "l3",
+        "l4",
+        "from afar",
+    ]
+    assert events[-1]["event"] == "state" and events[-1]["data"]["state"] == "succeeded"
+    # A stream resumed at the end answers at once and ends.
+    assert read_events(api, job_id, {"Last-Event-ID": str(seqs[-1])}) == []
