@@ -82,6 +82,8 @@ class ExitReason(StrEnum):
     RENDEZVOUS_TIMEOUT = "rendezvous_timeout"
     # The job's own Python environment (its `environment`) could not be built.
     ENVIRONMENT_ERROR = "environment_error"
+    # Stopped to make room for another job (by Slurm's preemption); queued again.
+    PREEMPTED = "preempted"
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,15 @@ from redis import Redis
 from service.db import make_engine, upgrade_database
 from service.deps import get_principal
 from service.errors import install_error_handlers
+from service.executors import make_executor
 from service.hardening import harden_service, make_non_dumpable
 from service.limits import BodySizeLimit
-from service.queue import RQExecutor
 from service.reaper import ReaperThread
 from service.routes import (
     artifacts,
     checkpoints,
     code,
+    dry_run,
     events,
     jobs,
     logs,
@@ -52,7 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.redis = make_redis(settings.redis_url)
         reaper = ReaperThread(
             app.state.engine,
-            RQExecutor(app.state.redis, grace_s=settings.cancel_grace_s),
+            make_executor(app.state.redis, settings),
             settings,
         )
         if settings.reaper_enabled:
@@ -71,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Health and readiness answer anyone; every other route needs a bearer token.
     app.include_router(system.router, responses=ERROR_RESPONSES)
     for module in (
+        dry_run,
         jobs,
         logs,
         metrics,

@@ -19,8 +19,8 @@ from sqlmodel import Session, col, select
 from service.auth import CHALLENGE, Principal, authenticate, known_principal
 from service.errors import Forbidden, NotFound, Unauthorized
 from service.executor import Executor
+from service.executors import make_executor
 from service.models import Job
-from service.queue import RQExecutor
 from service.settings import Settings
 
 
@@ -56,8 +56,8 @@ async def get_executor(
     redis: Annotated[Redis, Depends(get_redis)],
     settings: Annotated[Settings, Depends(get_app_settings)],
 ) -> Executor:
-    """The executor the jobs' attempts run on (`service.executor`): RQ, the only one so far."""
-    return RQExecutor(redis, grace_s=settings.cancel_grace_s)
+    """The executor the jobs' attempts run on (`service.executors`: RQ, or Slurm by queue)."""
+    return make_executor(redis, settings)
 
 
 # The largest seq (a BIGINT): a larger `after` cannot match and the databases refuse it.

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from jobs.spec import DEVICE_ENV, LAUNCHER_ENV
+from service.slurm.queues import SlurmQueue, check_queue_names
 
 UPLOAD_PATH = "/v1/code"
 # Room for the multipart boundaries and part headers around the uploaded file.
@@ -116,6 +117,16 @@ class Settings(BaseSettings):
     # Disk an owner's jobs may hold (run directories, logs, checkpoints), as measured when
     # each attempt ends; past it a user's next submission is refused. Unset: no quota.
     owner_disk_quota_bytes: int | None = Field(default=None, gt=0)
+
+    # Queues whose jobs go to Slurm, as JSON: {"queue": {"partition": ..., "account": ...,
+    # "time_limit": ...}} (docs/slurm.md); every other queue is RQ's.
+    slurm_queues: dict[str, SlurmQueue] = {}
+
+    @field_validator("slurm_queues")
+    @classmethod
+    def _slurm_queue_names(cls, value: dict[str, SlurmQueue]) -> dict[str, SlurmQueue]:
+        check_queue_names(value)
+        return value
 
     @field_validator("allowed_queues", "forbidden_env", "pip_find_links", mode="before")
     @classmethod

@@ -20,7 +20,7 @@ from sqlalchemy.pool import Pool
 from jobs.states import AttemptRef
 from service.db import make_engine
 from service.executor import Executor
-from service.queue import RQExecutor
+from service.executors import make_executor
 from service.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -100,5 +100,5 @@ class WorkerContext:
 
     def services(self) -> AttemptServices:
         settings = self.settings
-        executor = RQExecutor(self.redis(), grace_s=settings.cancel_grace_s)
+        executor = make_executor(self.redis(), settings)
         return AttemptServices(self.engine(), settings, executor)

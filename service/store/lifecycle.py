@@ -32,8 +32,11 @@ RETRYABLE_EXIT_REASONS = frozenset(
         ExitReason.HANG,
         ExitReason.WORKER_LOST,
         ExitReason.RENDEZVOUS_TIMEOUT,
+        ExitReason.PREEMPTED,
     }
 )
+# Retried whatever `max_retries` says: the job did nothing wrong.
+ALWAYS_RETRIED_EXIT_REASONS = frozenset({ExitReason.PREEMPTED})
 
 
 # The job table for Core UPDATEs on the hot paths (state changes, seqs, heartbeats, progress):
@@ -217,7 +220,7 @@ def requeue(
     if job is None or job.attempt != attempt:
         return None
     max_retries = job.job_spec().max_retries
-    if attempt > max_retries:
+    if attempt > max_retries and exit_reason not in ALWAYS_RETRIED_EXIT_REASONS:
         return None
     stmt = update(Job).where(
         col(Job.id) == job_id,
