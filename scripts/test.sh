@@ -5,8 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-# The browser tests drive Debian's Chromium; as root, install it when missing.
+# The browser tests drive Debian's Chromium, the Slurm tests Debian's Slurm; as root, install
+# them when missing.
 if [ "$(id -u)" = 0 ]; then
   scripts/install-browser.sh
+  scripts/install-slurm.sh
 fi
 exec .venv/bin/python -m pytest "$@"

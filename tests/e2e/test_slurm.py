@@ -1,0 +1,180 @@
+"""Jobs on a Slurm queue, through a real private Slurm (munged, slurmctld, slurmd: see
+devstack/slurm.py) driven over HTTP: `sbatch` starts the allocation, `srun` the Launchbay
+supervisor in it (worker.slurm_node), which runs torchrun as an RQ worker does.
+
+One cluster and one stack (API with its reaper, one RQ worker for the side-by-side job) serve
+the module; each test prints what it measured (`pytest -s`). Needs root and Debian's Slurm
+(scripts/install-slurm.sh); skipped otherwise.
+"""
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from tests.conftest import make_stack
+from tests.support.procs import job_processes, wait_until
+from tests.support.services import private_redis
+from tests.support.slurm import PARTITION, SlurmCluster, unavailable
+from tests.support.stack import LAUNCHBAY, Stack
+
+QUEUE = "hpc"
+GRACE_S = 3  # LAUNCHBAY_CANCEL_GRACE_S of every Stack
+
+
+def synthetic(name: str, queue: str = QUEUE, **fields: Any) -> dict[str, Any]:
+    config = {"log_every_steps": 1, **fields.pop("config", {})}
+    return {
+        "name": name,
+        "recipe": "synthetic",
+        "nproc_per_node": 2,
+        "queue": queue,
+        "config": config,
+        **fields,
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    running = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        running.start()
+        print(f"\nprivate Slurm up in {running.started_in_s:.2f} s")
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("slurm-stack")
+    queues = {QUEUE: {"partition": PARTITION, "time_limit": "10"}}
+    with private_redis() as redis:
+        running = make_stack(
+            root / "stack",
+            f"sqlite:///{root / 'launchbay.db'}",
+            redis.url(),
+            LAUNCHBAY_SLURM_QUEUES=json.dumps(queues),
+            LAUNCHBAY_HEARTBEAT_INTERVAL_S="1",
+            LAUNCHBAY_REAPER_INTERVAL_S="1",
+            LAUNCHBAY_REAPER_LOST_AFTER_S="30",
+            **cluster.env(),
+        )
+        try:
+            running.start_api()
+            running.start_worker()
+            yield running
+        finally:
+            running.stop()
+
+
+@pytest.fixture
+def http(stack: Stack) -> Iterator[httpx.Client]:
+    with stack.client() as client:
+        yield client
+
+
+def submit(http: httpx.Client, spec: dict[str, Any]) -> str:
+    response = http.post("/v1/jobs", json=spec)
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def slurm_jobs(cluster: SlurmCluster, job_id: str) -> list[str]:
+    """`state|reason` of the Slurm jobs of a Launchbay job, as squeue shows them."""
+    out = subprocess.run(
+        ["squeue", "-h", "--states=all", "-o", "%j|%T|%r"],
+        env={**os.environ, **cluster.env()},
+        capture_output=True,
+        text=True,
+        timeout=20,
+    ).stdout
+    return [line.split("|", 1)[1] for line in out.splitlines() if f"-{job_id}-" in line]
+
+
+def rank_processes(job_id: str) -> list[psutil.Process]:
+    found = []
+    for proc in job_processes(job_id):
+        try:
+            if any(a.endswith("rank_main.py") for a in proc.cmdline()):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def checkpoint_steps(http: httpx.Client, job_id: str) -> list[int]:
+    return sorted(c["step"] for c in http.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"])
+
+
+def log_ranks(http: httpx.Client, job_id: str) -> set[int]:
+    items = http.get(f"/v1/jobs/{job_id}/logs", params={"limit": 10_000}).json()["items"]
+    return {line["rank"] for line in items}
+
+
+def test_a_two_rank_job_runs_through_sbatch_like_an_rq_job(
+    stack: Stack, cluster: SlurmCluster, http: httpx.Client
+) -> None:
+    spec = synthetic("on-slurm", config={"epochs": 1, "num_samples": 96})
+    on_slurm = submit(http, spec)
+    on_rq = submit(http, {**spec, "name": "on-rq", "queue": "default"})
+
+    # Rank 0's metrics stream while it runs.
+    assert wait_until(
+        lambda: http.get(f"/v1/jobs/{on_slurm}/metrics").json()["items"], timeout=90
+    ), stack.api_log()
+    jobs = {
+        job_id: stack.wait_for_state(http, job_id, {"succeeded"}, timeout=120)
+        for job_id in (on_slurm, on_rq)
+    }
+    slurm_job, rq_job = jobs[on_slurm], jobs[on_rq]
+    assert slurm_job["worker"].startswith("slurm-"), slurm_job["worker"]
+    assert not rq_job["worker"].startswith("slurm-")
+    for job in (slurm_job, rq_job):
+        print(f"\n{job['name']}: {job['created_at']} {job['started_at']} {job['finished_at']}")
+    # The supervisor exits once it has recorded the end; then the allocation ends.
+    assert wait_until(lambda: slurm_jobs(cluster, on_slurm) == ["COMPLETED|None"], timeout=30)
+    # What users see is the same as for the job an RQ worker ran.
+    for field in ("state", "exit_reason", "exit_code", "attempt", "progress"):
+        assert slurm_job[field] == rq_job[field], field
+    assert set(slurm_job["latest_metrics"]) == set(rq_job["latest_metrics"])
+    assert checkpoint_steps(http, on_slurm) == checkpoint_steps(http, on_rq) != []
+    assert log_ranks(http, on_slurm) == log_ranks(http, on_rq) >= {0, 1}
+    download = http.get(f"/v1/jobs/{on_slurm}/checkpoints/latest/download")
+    assert download.status_code == 200 and download.content
+    # The supervisor's own output went to the file the sbatch script names.
+    output = stack.data_dir / "runs" / on_slurm / "slurm-1.out"
+    assert output.exists()
+    assert not job_processes(on_slurm)
+
+
+def test_dry_run_prints_the_sbatch_script_and_submits_nothing(
+    stack: Stack, http: httpx.Client, tmp_path: Path
+) -> None:
+    spec_file = tmp_path / "job.json"
+    spec_file.write_text(json.dumps(synthetic("dry", nnodes=2, timeout_s=600)))
+    before = http.get("/v1/jobs").json()["total"]
+    run = subprocess.run(
+        [LAUNCHBAY, "submit", "--dry-run", str(spec_file)],
+        env=stack.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    script = run.stdout
+    assert script.startswith("#!/bin/bash\n")
+    assert f"#SBATCH --partition={PARTITION}\n" in script
+    assert "#SBATCH --nodes=2\n" in script and "#SBATCH --cpus-per-task=2\n" in script
+    assert "#SBATCH --time=13\n" in script  # 600 s + grace + margin, in whole minutes
+    assert "-m worker.slurm_node" in script
+    assert http.get("/v1/jobs").json()["total"] == before
