@@ -9,7 +9,9 @@ the module; each test prints what it measured (`pytest -s`). Needs root and Debi
 
 import json
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,10 +107,22 @@ def rank_processes(job_id: str) -> list[psutil.Process]:
     found = []
     for proc in job_processes(job_id):
         try:
-            if any(a.endswith("rank_main.py") for a in proc.cmdline()):
+            # torchrun names rank_main.py too, but only a rank has RANK.
+            if "RANK" in proc.environ() and any(a.endswith("rank_main.py") for a in proc.cmdline()):
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
+    return found
+
+
+def supervisors(job_id: str) -> list[psutil.Process]:
+    """The job's Launchbay supervisors (`python -m worker.slurm_node JOB ...`) still alive."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and "worker.slurm_node" in cmdline:
+            if job_id in cmdline:
+                found.append(proc)
     return found
 
 
@@ -178,3 +192,84 @@ def test_dry_run_prints_the_sbatch_script_and_submits_nothing(
     assert "#SBATCH --time=13\n" in script  # 600 s + grace + margin, in whole minutes
     assert "-m worker.slurm_node" in script
     assert http.get("/v1/jobs").json()["total"] == before
+
+
+def running_ranks(stack: Stack, http: httpx.Client, job_id: str) -> list[psutil.Process]:
+    stack.wait_for_state(http, job_id, {"running"}, timeout=90)
+    assert wait_until(lambda: len(rank_processes(job_id)) == 2, timeout=60), (
+        http.get(f"/v1/jobs/{job_id}").json(),
+        http.get(f"/v1/jobs/{job_id}/logs").json(),
+    )
+    return rank_processes(job_id)
+
+
+def test_cancel_stops_the_allocation_and_leaves_no_process(
+    stack: Stack, cluster: SlurmCluster, http: httpx.Client
+) -> None:
+    job_id = submit(http, synthetic("slurm-cancel", config={"epochs": 50, "sleep_per_step_s": 1}))
+    pids = {p.pid for p in running_ranks(stack, http, job_id)}
+    asked = time.monotonic()
+    response = http.post(f"/v1/jobs/{job_id}/cancel")
+    assert response.status_code == 202 and response.json()["state"] == "cancelling"
+    job = stack.wait_for_state(http, job_id, {"cancelled"}, timeout=GRACE_S + 15)
+    took = time.monotonic() - asked
+    assert job["exit_reason"] == "cancelled"
+    assert not [p for p in pids if psutil.pid_exists(p)] and not job_processes(job_id)
+    assert wait_until(lambda: not supervisors(job_id), timeout=10)
+    assert took <= GRACE_S + 5, took
+    # The allocation is over too: the supervisor left, or the reaper's scancel ended it.
+    assert wait_until(
+        lambda: slurm_jobs(cluster, job_id) in (["COMPLETED|None"], ["CANCELLED|None"]),
+        timeout=30,
+    ), slurm_jobs(cluster, job_id)
+    print(f"\nslurm cancel: cancelled {took:.2f} s after POST cancel (grace {GRACE_S} s)")
+
+
+def test_a_killed_rank_fails_the_job(stack: Stack, http: httpx.Client) -> None:
+    job_id = submit(
+        http, synthetic("slurm-rank-killed", config={"epochs": 50, "sleep_per_step_s": 0.5})
+    )
+    ranks = running_ranks(stack, http, job_id)
+    victim = next(p for p in ranks if p.environ().get("RANK") == "1")
+    victim.send_signal(signal.SIGKILL)
+    job = stack.wait_for_state(http, job_id, {"failed"}, timeout=60)
+    assert job["exit_reason"] == "user_error", job
+    assert job["message"].startswith("rank 1 failed (exit code -9, SIGKILL)"), job["message"]
+    assert wait_until(lambda: not job_processes(job_id), timeout=5)
+
+
+def test_the_slurm_time_limit_ends_the_job_as_a_timeout(
+    stack: Stack, cluster: SlurmCluster, http: httpx.Client
+) -> None:
+    job_id = submit(http, synthetic("slurm-limit", config={"epochs": 50, "sleep_per_step_s": 1}))
+    running_ranks(stack, http, job_id)
+    # The limit lowered below the time it has run: the controller ends it at its next check.
+    cluster.scontrol("update", f"JobName=launchbay-{job_id}-1", "TimeLimit=0")
+    job = stack.wait_for_state(http, job_id, {"failed"}, timeout=60)
+    assert job["exit_reason"] == "timeout", job
+    assert "TIMEOUT" in job["message"], job["message"]
+    assert wait_until(lambda: not job_processes(job_id), timeout=5)
+    assert slurm_jobs(cluster, job_id) == ["TIMEOUT|TimeLimit"]
+
+
+def test_a_killed_slurmd_ends_the_job_as_worker_lost(
+    stack: Stack, cluster: SlurmCluster, http: httpx.Client
+) -> None:
+    job_id = submit(
+        http, synthetic("slurm-node-lost", config={"epochs": 50, "sleep_per_step_s": 1})
+    )
+    running_ranks(stack, http, job_id)
+    node = cluster.nodes[0]
+    cluster.kill_node(node.name)
+    killed = time.monotonic()
+    try:
+        job = stack.wait_for_state(http, job_id, {"failed"}, timeout=90)
+        took = time.monotonic() - killed
+        assert job["exit_reason"] == "worker_lost", job
+        assert "NODE_FAIL" in job["message"], job["message"]
+        # The supervisor, still running under its step daemon, saw its attempt end.
+        assert wait_until(lambda: not job_processes(job_id), timeout=GRACE_S + 10)
+        assert wait_until(lambda: not supervisors(job_id), timeout=10)
+    finally:
+        cluster.resume_node(node)
+    print(f"\nslurmd killed: the job failed as worker_lost {took:.2f} s later")
