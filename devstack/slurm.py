@@ -44,8 +44,12 @@ class SlurmNode:
 
     name: str
     address: str = "127.0.0.1"
-    # Run slurmd under this prefix (e.g. `ip netns exec NS`), which must exec it.
-    prefix: tuple[str, ...] = ()
+    # The network namespace (`ip netns` name) to run slurmd in. The node then also gets a UTS
+    # namespace whose host name is its node name, and a mount namespace where each file of
+    # `etc` is mounted over its namesake in /etc (hosts: the cluster's names, as DNS would
+    # give them; resolv.conf: no name server the namespace cannot reach).
+    netns: str | None = None
+    etc: tuple[Path, ...] = ()
 
 
 @dataclass
@@ -130,7 +134,23 @@ class SlurmCluster:
 
     def start_node(self, node: SlurmNode) -> None:
         (self.root / f"spool-{node.name}").mkdir(exist_ok=True)
-        argv = [*node.prefix, "slurmd", "-D", "-N", node.name, "-f", str(self.conf)]
+        argv = ["slurmd", "-D", "-N", node.name, "-f", str(self.conf)]
+        if node.netns is not None:
+            # nsenter, not `ip netns exec`: that remounts /sys, without the cgroup mounts
+            # slurmd needs.
+            steps = [f"hostname {node.name}"]
+            steps += [f"mount --bind {path} /etc/{path.name}" for path in node.etc]
+            command = " && ".join([*steps, f"exec {' '.join(argv)}"])
+            argv = [
+                "nsenter",
+                f"--net=/run/netns/{node.netns}",
+                "unshare",
+                "--uts",
+                "--mount",
+                "sh",
+                "-c",
+                command,
+            ]
         self._start(f"slurmd-{node.name}", argv)
 
     def kill_node(self, name: str) -> None:
