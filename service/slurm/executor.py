@@ -46,7 +46,9 @@ class SlurmExecutor:
         names = {slurm_job_name(job.id, job.attempt): job.id for job in jobs}
         if not names:
             return {}
-        found = {j.name: j for j in _newest_first(commands.squeue(sorted(names)))}
+        found: dict[str, commands.SlurmJob] = {}
+        for j in _newest_first(commands.squeue(sorted(names))):
+            found.setdefault(j.name, j)
         unknown = sorted(set(names) - set(found))
         if unknown:
             for j in _newest_first(commands.sacct(unknown)):
