@@ -18,6 +18,7 @@ BENCHMARKS = {
     "queue": "bench.p6_queue",
     "gpu": "bench.p7_gpu",
     "environment": "bench.p8_environment",
+    "slurm": "bench.p9_slurm",
 }
 
 

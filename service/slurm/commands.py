@@ -27,6 +27,11 @@ SQUEUE_FORMAT = "%i|%j|%T|%r"
 SACCT_FIELDS = "JobID,JobName,State,Reason"
 
 
+# What sbatch must not carry into the job's environment (`--export=ALL`): the service's
+# tokens. The supervisor needs the database and Redis URLs, and keeps them from the ranks.
+NOT_EXPORTED = frozenset({"LAUNCHBAY_ADMIN_TOKEN", "LAUNCHBAY_TOKEN"})
+
+
 class SlurmRefused(ExecutorUnavailable):
     """Slurm answered and refused (an unknown partition or account, a limit...)."""
 
@@ -50,6 +55,12 @@ def client_env() -> dict[str, str]:
     }
 
 
+def submit_env() -> dict[str, str]:
+    """The environment sbatch runs with, and exports to the job: `client_env` without the
+    service's tokens."""
+    return {k: v for k, v in client_env().items() if k not in NOT_EXPORTED}
+
+
 def run_command(argv: Sequence[str], stdin: str | None = None) -> str:
     try:
         done = subprocess.run(
@@ -58,7 +69,7 @@ def run_command(argv: Sequence[str], stdin: str | None = None) -> str:
             capture_output=True,
             text=True,
             timeout=COMMAND_TIMEOUT_S,
-            env=client_env(),
+            env=submit_env(),
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ExecutorUnavailable(f"{argv[0]}: {exc}") from exc

@@ -58,6 +58,9 @@ def resource_lines(spec: JobSpec, queue: SlurmQueue) -> list[str]:
     if spec.device == "cuda" or (spec.device == "auto" and queue.gpus):
         lines += [f"--gpus-per-node={spec.nproc_per_node}"]
     lines += [f"--cpus-per-task={spec.nproc_per_node}"]
+    if spec.memory_limit_bytes is not None:
+        # Per node, as the spec's limit; Slurm enforces it where its cgroup plugins do.
+        lines += [f"--mem={math.ceil(spec.memory_limit_bytes / 2**20)}M"]
     return lines
 
 

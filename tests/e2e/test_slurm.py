@@ -208,6 +208,10 @@ def test_cancel_stops_the_allocation_and_leaves_no_process(
 ) -> None:
     job_id = submit(http, synthetic("slurm-cancel", config={"epochs": 50, "sleep_per_step_s": 1}))
     pids = {p.pid for p in running_ranks(stack, http, job_id)}
+    # The supervisor runs in the allocation with the database's URL but no token of the API.
+    [supervisor] = supervisors(job_id)
+    assert "LAUNCHBAY_DATABASE_URL" in supervisor.environ()
+    assert "LAUNCHBAY_ADMIN_TOKEN" not in supervisor.environ()
     asked = time.monotonic()
     response = http.post(f"/v1/jobs/{job_id}/cancel")
     assert response.status_code == 202 and response.json()["state"] == "cancelling"

@@ -74,6 +74,11 @@ def test_gpus_are_asked_for_cuda_jobs_and_on_gpu_queues() -> None:
     assert "--gpus-per-node" not in script_of(spec(device="cpu"), gpu_queue)
 
 
+def test_the_memory_limit_is_asked_for_per_node() -> None:
+    assert "#SBATCH --mem=1536M\n" in script_of(spec(memory_limit_bytes=1536 * 2**20))
+    assert "--mem" not in script_of(spec())
+
+
 def test_the_time_limit_leaves_the_supervisor_room_to_record_its_own_timeout() -> None:
     # 600 s + 10 s grace + 120 s margin = 730 s: 13 whole minutes.
     assert "#SBATCH --time=13\n" in script_of(spec(timeout_s=600))
@@ -181,15 +186,20 @@ def test_squeue_and_sacct_lines_are_parsed_and_junk_skipped() -> None:
     ]
 
 
-def test_slurm_clients_get_no_variables_of_an_enclosing_allocation(
+def test_slurm_clients_get_no_allocation_variables_and_jobs_no_tokens(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     monkeypatch.setenv("SBATCH_PARTITION", "other")
     monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")
-    env = commands.client_env()
+    monkeypatch.setenv("LAUNCHBAY_ADMIN_TOKEN", "lb_secret")
+    monkeypatch.setenv("LAUNCHBAY_DATABASE_URL", "postgresql://db/launchbay")
+    env = commands.submit_env()
     assert "SLURM_JOB_ID" not in env and "SBATCH_PARTITION" not in env
     assert env["SLURM_CONF"] == "/etc/slurm/slurm.conf"
+    # The job's environment carries what its supervisor needs, and no token of the service.
+    assert "LAUNCHBAY_ADMIN_TOKEN" not in env
+    assert env["LAUNCHBAY_DATABASE_URL"] == "postgresql://db/launchbay"
 
 
 def test_describe_reads_squeue_then_sacct_and_takes_the_newest(
