@@ -26,6 +26,8 @@ from devstack.procs import free_port, wait_until
 CONF_TEMPLATE = Path(__file__).with_name("slurm.conf.in")
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "srun")
 PARTITION = "lbtest"
+# Same nodes, higher priority tier: its jobs preempt those of PARTITION.
+URGENT_PARTITION = f"{PARTITION}-urgent"
 
 
 def unavailable() -> str | None:
@@ -173,6 +175,19 @@ class SlurmCluster:
             argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
 
+    def sbatch(self, *args: str) -> str:
+        """Submit a job of someone else's (`sbatch --parsable ARGS`); its Slurm id."""
+        done = subprocess.run(
+            ["sbatch", "--parsable", *args],
+            env={**os.environ, **self.env()},
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"sbatch {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout.strip()
+
     def scontrol(self, *args: str, check: bool = True) -> str:
         done = subprocess.run(
             ["scontrol", *args],
@@ -216,7 +231,7 @@ class SlurmCluster:
         step daemon a killed slurmd left behind."""
         if "slurmctld" in self.processes:
             subprocess.run(
-                ["scancel", f"--partition={PARTITION}", "--full"],
+                ["scancel", f"--partition={PARTITION},{URGENT_PARTITION}", "--full"],
                 env={**os.environ, **self.env()},
                 capture_output=True,
                 timeout=20,

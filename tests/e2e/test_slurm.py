@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import make_stack
 from tests.support.procs import job_processes, wait_until
 from tests.support.services import private_redis
-from tests.support.slurm import PARTITION, SlurmCluster, unavailable
+from tests.support.slurm import PARTITION, URGENT_PARTITION, SlurmCluster, unavailable
 from tests.support.stack import LAUNCHBAY, Stack
 
 QUEUE = "hpc"
@@ -254,6 +254,36 @@ def test_the_slurm_time_limit_ends_the_job_as_a_timeout(
     assert "TIMEOUT" in job["message"], job["message"]
     assert wait_until(lambda: not job_processes(job_id), timeout=5)
     assert slurm_jobs(cluster, job_id) == ["TIMEOUT|TimeLimit"]
+
+
+def test_a_preempted_job_is_queued_again_and_resumes_from_its_checkpoint(
+    stack: Stack, cluster: SlurmCluster, http: httpx.Client, tmp_path: Path
+) -> None:
+    spec = synthetic(
+        "slurm-preempted",
+        max_retries=0,  # preemption is no failure of the job: it uses up no retry
+        checkpoint={"every_steps": 1, "every_epochs": None},
+        config={"epochs": 1, "num_samples": 256, "sleep_per_step_s": 0.3},
+    )
+    job_id = submit(http, spec)
+    running_ranks(stack, http, job_id)
+    assert wait_until(lambda: checkpoint_steps(http, job_id), timeout=60)
+    # A job on the urgent partition that needs the whole node preempts the Launchbay one.
+    urgent = cluster.sbatch(
+        f"--partition={URGENT_PARTITION}",
+        "--exclusive",
+        f"--output={tmp_path / 'urgent.out'}",
+        "--wrap=sleep 1",
+    )
+    assert wait_until(lambda: slurm_jobs(cluster, job_id)[:1] == ["PREEMPTED|None"], 60)
+    job = stack.wait_for_state(http, job_id, {"succeeded"}, timeout=120)
+    assert job["attempt"] == 2, job
+    events = http.get(f"/v1/jobs/{job_id}/events", timeout=30).text
+    assert '"exit_reason": "preempted"' in events and '"retry_of": 1' in events
+    logs = http.get(f"/v1/jobs/{job_id}/logs", params={"limit": 10_000}).json()["items"]
+    assert any(line["line"].startswith("resumed at step") for line in logs), logs[-5:]
+    assert wait_until(lambda: not job_processes(job_id), timeout=5)
+    del urgent
 
 
 def test_a_killed_slurmd_ends_the_job_as_worker_lost(
