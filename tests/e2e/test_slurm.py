@@ -119,10 +119,14 @@ def supervisors(job_id: str) -> list[psutil.Process]:
     """The job's Launchbay supervisors (`python -m worker.slurm_node JOB ...`) still alive."""
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
+        # `python -m worker.slurm_node JOB ATTEMPT` (srun's own command line names it too).
         cmdline = proc.info["cmdline"] or []
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and "worker.slurm_node" in cmdline:
-            if job_id in cmdline:
-                found.append(proc)
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and cmdline[1:4] == [
+            "-m",
+            "worker.slurm_node",
+            job_id,
+        ]:
+            found.append(proc)
     return found
 
 
@@ -194,9 +198,11 @@ def test_dry_run_prints_the_sbatch_script_and_submits_nothing(
     assert http.get("/v1/jobs").json()["total"] == before
 
 
-def running_ranks(stack: Stack, http: httpx.Client, job_id: str) -> list[psutil.Process]:
+def running_ranks(
+    stack: Stack, http: httpx.Client, job_id: str, ranks: int = 2
+) -> list[psutil.Process]:
     stack.wait_for_state(http, job_id, {"running"}, timeout=90)
-    assert wait_until(lambda: len(rank_processes(job_id)) == 2, timeout=60), (
+    assert wait_until(lambda: len(rank_processes(job_id)) == ranks, timeout=60), (
         http.get(f"/v1/jobs/{job_id}").json(),
         http.get(f"/v1/jobs/{job_id}/logs").json(),
     )
@@ -245,8 +251,9 @@ def test_a_killed_rank_fails_the_job(stack: Stack, http: httpx.Client) -> None:
 def test_the_slurm_time_limit_ends_the_job_as_a_timeout(
     stack: Stack, cluster: SlurmCluster, http: httpx.Client
 ) -> None:
-    job_id = submit(http, synthetic("slurm-limit", config={"epochs": 50, "sleep_per_step_s": 1}))
-    running_ranks(stack, http, job_id)
+    spec = synthetic("slurm-limit", nproc_per_node=1, config={"epochs": 50, "sleep_per_step_s": 1})
+    job_id = submit(http, spec)
+    running_ranks(stack, http, job_id, ranks=1)
     # The limit lowered below the time it has run: the controller ends it at its next check.
     cluster.scontrol("update", f"JobName=launchbay-{job_id}-1", "TimeLimit=0")
     job = stack.wait_for_state(http, job_id, {"failed"}, timeout=60)
@@ -261,12 +268,13 @@ def test_a_preempted_job_is_queued_again_and_resumes_from_its_checkpoint(
 ) -> None:
     spec = synthetic(
         "slurm-preempted",
+        nproc_per_node=1,
         max_retries=0,  # preemption is no failure of the job: it uses up no retry
         checkpoint={"every_steps": 1, "every_epochs": None},
         config={"epochs": 1, "num_samples": 256, "sleep_per_step_s": 0.3},
     )
     job_id = submit(http, spec)
-    running_ranks(stack, http, job_id)
+    running_ranks(stack, http, job_id, ranks=1)
     assert wait_until(lambda: checkpoint_steps(http, job_id), timeout=60)
     # A job on the urgent partition that needs the whole node preempts the Launchbay one.
     urgent = cluster.sbatch(
@@ -289,10 +297,9 @@ def test_a_preempted_job_is_queued_again_and_resumes_from_its_checkpoint(
 def test_a_killed_slurmd_ends_the_job_as_worker_lost(
     stack: Stack, cluster: SlurmCluster, http: httpx.Client
 ) -> None:
-    job_id = submit(
-        http, synthetic("slurm-node-lost", config={"epochs": 50, "sleep_per_step_s": 1})
-    )
-    running_ranks(stack, http, job_id)
+    spec = synthetic("slurm-node-lost", nproc_per_node=1, config={"epochs": 50})
+    job_id = submit(http, {**spec, "config": {**spec["config"], "sleep_per_step_s": 1}})
+    running_ranks(stack, http, job_id, ranks=1)
     node = cluster.nodes[0]
     cluster.kill_node(node.name)
     killed = time.monotonic()
