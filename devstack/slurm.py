@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from devstack.procs import free_port, wait_until
 
 CONF_TEMPLATE = Path(__file__).with_name("slurm.conf.in")
@@ -216,8 +218,22 @@ class SlurmCluster:
     def nodes_idle(self) -> bool:
         states = self.node_states()
         return len(states) == len(self.nodes) and all(
-            s.rstrip("*") in ("idle", "mixed", "allocated") for s in states.values()
+            s in ("idle", "mixed", "allocated") for s in states.values()
         )
+
+    def active_jobs(self) -> list[str]:
+        """Jobs the controller has not seen end yet (pending, running or completing)."""
+        try:
+            out = subprocess.run(
+                ["squeue", "-h", "-o", "%i %T"],
+                env={**os.environ, **self.env()},
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout
+        except subprocess.TimeoutExpired:
+            return ["?"]
+        return out.split()
 
     def log(self, name: str, lines: int = 40) -> str:
         texts = []
@@ -237,6 +253,8 @@ class SlurmCluster:
                 timeout=20,
                 check=False,
             )
+            # Let the step daemons report their ends while the daemons still listen.
+            wait_until(lambda: not self.active_jobs(), timeout=15, interval=0.2)
         order = [n for n in self.processes if n.startswith("slurmd-")]
         order += [n for n in ("slurmctld", "munged") if n in self.processes]
         for name in order:
@@ -251,15 +269,14 @@ class SlurmCluster:
         self._kill_step_daemons()
 
     def _kill_step_daemons(self) -> None:
-        """slurmstepd processes of this cluster (their command line names our spool
-        directories' node names only through their parent; we find them by SLURM_CONF)."""
-        import psutil
-
+        """slurmstepd processes of this cluster that outlived their slurmd (they clear their
+        environment; each keeps its node's log file under our root open)."""
+        root = str(self.root)
         for proc in psutil.process_iter(["name"]):
             if proc.info["name"] != "slurmstepd":
                 continue
             try:
-                if proc.environ().get("SLURM_CONF") == str(self.conf):
+                if any(f.path.startswith(root) for f in proc.open_files()):
                     proc.kill()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue

@@ -114,6 +114,8 @@ def test_a_two_node_job_runs_across_two_slurmd_with_the_rendezvous_on_the_first(
                     "world 2" in line["line"] for line in lines["items"] if line["rank"] == 0
                 )
             assert wait_until(lambda: not job_processes(job_id), timeout=10)
+            # The allocation ended in Slurm too (its step daemons reported to the controller).
+            assert wait_until(lambda: not cluster.active_jobs(), timeout=30), cluster.log("slurm")
         finally:
             stack.stop()
             cluster.stop()
