@@ -26,6 +26,8 @@ from tests.support.services import private_redis
 from tests.support.slurm import PARTITION, URGENT_PARTITION, SlurmCluster, unavailable
 from tests.support.stack import LAUNCHBAY, Stack
 
+pytestmark = pytest.mark.slurm
+
 QUEUE = "hpc"
 GRACE_S = 3  # LAUNCHBAY_CANCEL_GRACE_S of every Stack
 
