@@ -35,24 +35,6 @@ class SlurmQueue(BaseModel):
     python: Annotated[str, Field(pattern=r"^/[A-Za-z0-9_./+-]{1,1023}$")] | None = None
 
 
-def time_limit_minutes(limit: str) -> float:
-    """A Slurm time limit in minutes (for comparisons; Slurm rounds up to minutes)."""
-    days = 0
-    if "-" in limit:
-        head, limit = limit.split("-", 1)
-        days = int(head)
-        parts = [int(p) for p in limit.split(":")]
-        hours, minutes, seconds = (parts + [0, 0])[:3]
-    else:
-        parts = [int(p) for p in limit.split(":")]
-        if len(parts) == 1:
-            return float(parts[0])
-        if len(parts) == 2:
-            return parts[0] + parts[1] / 60
-        hours, minutes, seconds = parts
-    return days * 1440 + hours * 60 + minutes + seconds / 60
-
-
 def check_queue_names(queues: dict[str, SlurmQueue]) -> None:
     from jobs.spec import QUEUE_NAME
 

@@ -16,7 +16,7 @@ from service.models import Job
 from service.settings import Settings
 from service.slurm import commands
 from service.slurm.executor import SlurmExecutor
-from service.slurm.queues import SlurmQueue, time_limit_minutes
+from service.slurm.queues import SlurmQueue
 from service.slurm.script import build_sbatch_script, parse_slurm_job_name, slurm_job_name
 from service.slurm.states import slurm_end
 
@@ -133,14 +133,6 @@ def test_the_setting_is_json_from_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("LAUNCHBAY_SLURM_QUEUES", "not json")
     with pytest.raises(Exception):  # noqa: B017 - pydantic-settings' own error type
         Settings()
-
-
-@pytest.mark.parametrize(
-    "limit, minutes",
-    [("30", 30), ("5:30", 5.5), ("02:00:00", 120), ("1-00", 1440), ("1-02:03:00", 1563)],
-)
-def test_time_limits_in_minutes(limit: str, minutes: float) -> None:
-    assert time_limit_minutes(limit) == minutes
 
 
 def test_job_names_round_trip() -> None:
