@@ -23,6 +23,7 @@ BENCHMARKS = {
     "scheduling": "bench.p9_scheduling",
     "streams": "bench.p9_streams",
     "history": "bench.p9_history",
+    "slurm": "bench.p9_slurm",
 }
 
 

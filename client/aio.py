@@ -95,6 +95,11 @@ class AsyncClient:
         )
         return Job.model_validate(body)
 
+    async def dry_run_job(self, spec: JSON) -> dict[str, Any]:
+        body = await self._json("POST", "/v1/jobs/dry-run", json=spec, retry=True)
+        assert isinstance(body, dict)
+        return body
+
     async def get_job(self, job_id: str) -> Job:
         return Job.model_validate(await self._json("GET", http.job_path(job_id)))
 

@@ -121,6 +121,13 @@ class Client:
         )
         return Job.model_validate(body)
 
+    def dry_run_job(self, spec: JSON) -> dict[str, Any]:
+        """What submitting `spec` would launch, nothing stored or started: the executor
+        (`rq` or `slurm`), its tasks, and for a Slurm queue the `sbatch_script`."""
+        body = self._json("POST", "/v1/jobs/dry-run", json=spec, retry=True)
+        assert isinstance(body, dict)
+        return body
+
     def get_job(self, job_id: str) -> Job:
         """The job as it is now (NotFound for an unknown id, or another owner's job)."""
         return Job.model_validate(self._json("GET", http.job_path(job_id)))

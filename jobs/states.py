@@ -82,7 +82,8 @@ class ExitReason(StrEnum):
     RENDEZVOUS_TIMEOUT = "rendezvous_timeout"
     # The job's own Python environment (its `environment`) could not be built.
     ENVIRONMENT_ERROR = "environment_error"
-    # Stopped to make room for a job of higher priority; requeued (docs/scheduling.md).
+    # Stopped to make room for another job (the dispatcher's preemption for a job of higher
+    # priority, or Slurm's); queued again without using a retry (docs/scheduling.md).
     PREEMPTED = "preempted"
 
 

@@ -12,6 +12,7 @@ from service.audit import AuditLog, AuditWriter
 from service.db import make_engine, upgrade_database
 from service.deps import get_principal
 from service.errors import install_error_handlers
+from service.executors import make_executor
 from service.hardening import harden_service, make_non_dumpable
 from service.limits import BodySizeLimit
 from service.reaper import ReaperThread
@@ -20,6 +21,7 @@ from service.routes import (
     audit,
     checkpoints,
     code,
+    dry_run,
     events,
     jobs,
     log_search,
@@ -37,7 +39,6 @@ from service.routes import (
     workers,
 )
 from service.scheduling.dispatcher import DispatcherThread
-from service.scheduling.executor import make_executor
 from service.schemas import ERROR_RESPONSES
 from service.settings import Settings, get_settings
 from service.stream_notifier import StreamNotifier
@@ -95,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Health and readiness answer anyone; every other route needs a bearer token.
     app.include_router(system.router, responses=ERROR_RESPONSES)
     for module in (
+        dry_run,
         jobs,
         logs,
         metrics,

@@ -20,8 +20,8 @@ from service.audit import PRINCIPAL_STATE_KEY
 from service.auth import CHALLENGE, Principal, authenticate, known_principal
 from service.errors import Forbidden, NotFound, Unauthorized
 from service.executor import Executor
+from service.executors import make_executor
 from service.models import Job
-from service.scheduling.executor import make_executor
 from service.settings import Settings
 
 
@@ -58,8 +58,8 @@ async def get_executor(
     settings: Annotated[Settings, Depends(get_app_settings)],
     engine: Annotated[Engine, Depends(get_engine)],
 ) -> Executor:
-    """The executor the jobs' attempts run on (`service.executor`): RQ, first in first out or
-    under the dispatcher (`service.scheduling.executor.make_executor`)."""
+    """The executor the jobs' attempts run on (`service.executors`): RQ, first in first out or
+    under the dispatcher, or Slurm by queue."""
     return make_executor(settings, redis, engine)
 
 

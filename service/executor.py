@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from jobs.states import ExitReason, JobState
 from service.models import Job
 from service.store import AttemptEnd
 
@@ -45,10 +46,24 @@ class TaskPlan:
 
 
 @dataclass(frozen=True)
+class TaskEnd:
+    """How a task's attempt ended, as its backend tells it (Slurm's final job state): what
+    the reaper records when the attempt's supervisor could not (`service.reaper`)."""
+
+    state: JobState
+    exit_reason: ExitReason
+    message: str
+
+
+@dataclass(frozen=True)
 class TaskStatus:
     task_id: str
     # Some worker runs it or will: it is queued, started, deferred or scheduled.
     live: bool
+    # Not live, and its backend knows how it ended (RQ never does).
+    ended: TaskEnd | None = None
+    # Why it waits, in the backend's words (Slurm's reason for a pending job).
+    pending_reason: str | None = None
 
 
 class Executor(Protocol):

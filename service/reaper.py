@@ -31,7 +31,7 @@ from redis import Redis
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from jobs.states import ExitReason, JobState, NodeState
+from jobs.states import ACTIVE_STATES, ExitReason, JobState, NodeState
 from service.db import session_scope
 from service.executor import Executor, ExecutorUnavailable, lost_tasks, submit_retry
 from service.models import Job, utcnow
@@ -40,6 +40,7 @@ from service.settings import Settings
 from service.store import (
     commit_end,
     end_attempt,
+    find_jobs_on_queues,
     find_lost_jobs,
     find_lost_nodes,
     find_queued_jobs,
@@ -79,6 +80,10 @@ def reap_once(
     """One pass (see the module docstring)."""
     now = now or utcnow()
     report = ReapReport()
+    try:
+        reap_ended_tasks(engine, executor, settings, report)
+    except ExecutorUnavailable as exc:
+        log.warning("reaper: cannot ask Slurm: %s", exc)
     reap_lost_jobs(engine, executor, settings, now, report)
     reap_lost_nodes(engine, executor, settings, now, report)
     try:
@@ -87,6 +92,49 @@ def reap_once(
         log.warning("reaper: cannot check the queues: %s", exc)
     report.pruned = prune_outputs(engine, settings, now)
     return report
+
+
+def reap_ended_tasks(
+    engine: Engine, executor: Executor, settings: Settings, report: ReapReport
+) -> None:
+    """Jobs on Slurm queues (`LAUNCHBAY_SLURM_QUEUES`) whose allocation Slurm has ended while
+    the job is still queued or active: the supervisor inside could not record the end (Slurm
+    stopped it at the time limit, preempted or cancelled it, or its node failed), so the end
+    is recorded as Slurm tells it (`service.slurm.states`). A job cancelling whose allocation
+    still runs gets it cancelled in Slurm (`scancel`) as well."""
+    if not settings.slurm_queues:
+        return
+    with session_scope(engine) as session:
+        jobs = find_jobs_on_queues(
+            session, list(settings.slurm_queues), [JobState.QUEUED, *ACTIVE_STATES]
+        )
+    if not jobs:
+        return
+    described = executor.describe(jobs)
+    for job in jobs:
+        tasks = described.get(job.id, [])
+        cancelling = job.state == JobState.CANCELLING
+        if cancelling and any(t.live for t in tasks):
+            executor.cancel(job)
+            continue
+        ended = next((t.ended for t in tasks if t.ended is not None), None)
+        if ended is None or any(t.live for t in tasks):
+            continue
+        with session_scope(engine) as session:
+            end = end_attempt(
+                session,
+                job.id,
+                job.attempt,
+                JobState.CANCELLED if cancelling else ended.state,
+                exit_reason=ExitReason.CANCELLED if cancelling else ended.exit_reason,
+                message=ended.message,
+            )
+            commit_end(session, end)
+        if not end.recorded:
+            continue
+        log.warning("job %s attempt %d: %s", job.id, job.attempt, ended.message)
+        report.add(end.retried or job_now(engine, job.id), end.retried is not None)
+        submit_retry(executor, end)
 
 
 def reap_lost_jobs(
@@ -225,7 +273,7 @@ class ReaperThread(threading.Thread):
 def run_reaper(interval_s: float | None = None, once: bool = False) -> None:
     """`launchbay reaper`: run passes until interrupted (or one, with `once`)."""
     from service.db import make_engine
-    from service.scheduling.executor import make_executor
+    from service.executors import make_executor
     from service.settings import get_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from jobs.spec import DEVICE_ENV, LAUNCHER_ENV
+from service.slurm.queues import SlurmQueue, check_queue_names
 
 UPLOAD_PATH = "/v1/code"
 ARTIFACT_STORE_PATTERN = r"^(local|s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?)$"
@@ -171,6 +172,15 @@ class Settings(BaseSettings):
     # `GET /v1/jobs` counts matching jobs exactly up to this many; above, `total` is this
     # number and `total_is_estimate` is true (a count's cost grows with what it counts).
     job_count_exact_limit: int = Field(default=1000, ge=1)
+    # Queues whose jobs go to Slurm, as JSON: {"queue": {"partition": ..., "account": ...,
+    # "time_limit": ...}} (docs/slurm.md); every other queue is RQ's.
+    slurm_queues: dict[str, SlurmQueue] = {}
+
+    @field_validator("slurm_queues")
+    @classmethod
+    def _slurm_queue_names(cls, value: dict[str, SlurmQueue]) -> dict[str, SlurmQueue]:
+        check_queue_names(value)
+        return value
 
     @field_validator("allowed_queues", "forbidden_env", "pip_find_links", mode="before")
     @classmethod

@@ -56,7 +56,7 @@ from worker.prepare import (
     parse_spec,
     prepare_attempt,
 )
-from worker.supervise import ProcessRecord
+from worker.supervise import ProcessRecord, shutdown_requested
 
 log = logging.getLogger(__name__)
 
@@ -224,9 +224,17 @@ def reserved_for(services: AttemptServices, ref: AttemptRef) -> tuple[str, ...] 
 
 
 def run_taken(
-    services: AttemptServices, taken: TakenAttempt, *, cuda: CudaInfo | None = None
+    services: AttemptServices,
+    taken: TakenAttempt,
+    *,
+    cuda: CudaInfo | None = None,
+    leave_shutdown: bool = False,
 ) -> AttemptResult:
-    """Run a taken attempt to its end and record how it ended."""
+    """Run a taken attempt to its end and record how it ended.
+
+    With `leave_shutdown`, an attempt stopped because its supervisor was told to shut down
+    records nothing: its executor knows why (Slurm's time limit, preemption or scancel) and
+    the reaper records that (`service.reaper.reap_ended_tasks`)."""
     ref, settings = taken.ref, services.settings
     paths = RunPaths.for_attempt(settings.data_dir.resolve(), ref.job_id, ref.attempt, ref.node)
     result = AttemptResult(ref, paths)
@@ -237,6 +245,9 @@ def run_taken(
         _run(services, result, taken, heartbeat, cuda)
         if ref.node is None and result.outcome is None:
             return result  # taken away
+        if leave_shutdown and shutdown_requested():
+            log.warning("%s: stopped on request of its executor; the reaper records why", ref)
+            return result
         result.recorded, result.retried = record_outcome(
             services.engine, ref, result.outcome, executor=services.executor
         )

@@ -20,7 +20,7 @@ from sqlalchemy.pool import Pool
 from jobs.states import AttemptRef
 from service.db import make_engine
 from service.executor import Executor
-from service.scheduling.executor import make_executor
+from service.executors import make_executor
 from service.settings import Settings, get_settings
 
 if TYPE_CHECKING:

@@ -2,11 +2,12 @@
 download."""
 
 import csv
+import json
 import sys
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import (
@@ -47,11 +48,22 @@ def submit(
     ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Follow the job to its end.")] = False,
     as_json: JsonFlag = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print what would be launched (the sbatch script for a Slurm queue); "
+            "submit nothing.",
+        ),
+    ] = False,
 ) -> None:
     """Submit a job. With --wait, exit like 'watch': 0 succeeded, 1 failed, 2 cancelled."""
     spec = apply_assignments(load_spec(file), set_ or [])
     console = out()
     with state_of(ctx).client() as lb:
+        if dry_run:
+            print_dry_run(lb.dry_run_job(spec), as_json)
+            return
         job = lb.submit_job(spec, idempotency_key=idempotency_key)
         if not wait:
             if as_json:
@@ -69,6 +81,21 @@ def submit(
             job = follow_job(lb, job.id, console)
             console.print(describe_end(job))
     raise typer.Exit(exit_code_for(job))
+
+
+def print_dry_run(plan: dict[str, Any], as_json: bool) -> None:
+    """The sbatch script as it is (for a Slurm queue), else the tasks; JSON with --json."""
+    if as_json:
+        print(json.dumps(plan, indent=2))
+        return
+    script = plan.get("sbatch_script")
+    if script:
+        sys.stdout.write(script)
+        return
+    print(f"executor: {plan.get('executor')}  queue: {plan.get('queue')}")
+    for task in plan.get("tasks", []):
+        node = "" if task.get("node") is None else f"  node {task['node']}"
+        print(f"task {task.get('task_id')}{node}")
 
 
 @app.command("list")

@@ -140,11 +140,12 @@ class DispatchExecutor(RQExecutor):
             raise ExecutorUnavailable(f"Redis: {exc}") from exc
 
 
-def make_executor(settings: Settings, redis: Redis, engine: Engine) -> Executor:
-    """The executor for this configuration: RQ first in first out, or under the dispatcher."""
+def make_worker_executor(settings: Settings, redis: Redis, engine: Engine) -> Executor:
+    """The executor of jobs run by Launchbay's workers: RQ first in first out, or under the
+    dispatcher."""
     if settings.scheduler == "dispatcher":
         return DispatchExecutor(redis, engine, grace_s=settings.cancel_grace_s)
     return RQExecutor(redis, grace_s=settings.cancel_grace_s)
 
 
-__all__ = ["DispatchExecutor", "make_executor", "task_statuses", "wake_dispatcher"]
+__all__ = ["DispatchExecutor", "make_worker_executor", "task_statuses", "wake_dispatcher"]

@@ -6,7 +6,5 @@ from service.settings import Settings
 
 
 def queues_scheduled_elsewhere(settings: Settings) -> frozenset[str]:
-    """The queues whose jobs another executor schedules. None yet: every queue's jobs run on
-    Launchbay's workers."""
-    del settings
-    return frozenset()
+    """The queues whose jobs another executor schedules: Slurm's (`LAUNCHBAY_SLURM_QUEUES`)."""
+    return frozenset(settings.slurm_queues)

@@ -155,6 +155,19 @@ def find_queued_jobs(session: Session, created_before: datetime, limit: int = 10
     return list(session.exec(stmt).all())
 
 
+def find_jobs_on_queues(
+    session: Session, queues: Sequence[str], states: Iterable[JobState], limit: int = 1000
+) -> list[Job]:
+    """Jobs on these queues in these states, oldest first."""
+    stmt = (
+        select(Job)
+        .where(col(Job.queue).in_(list(queues)), col(Job.state).in_(list(states)))
+        .order_by(col(Job.created_at))
+        .limit(limit)
+    )
+    return list(session.exec(stmt).all())
+
+
 def queued_since(session: Session, job_id: str, attempt: int) -> float | None:
     """When the job's attempt `attempt` was queued (Unix seconds), from its state events."""
     stmt = select(func.max(JobEvent.ts)).where(

@@ -37,7 +37,6 @@ RETRYABLE_EXIT_REASONS = frozenset(
     }
 )
 
-
 # The job table for Core UPDATEs on the hot paths (state changes, seqs, heartbeats, progress):
 # an UPDATE of the ORM class takes SQLAlchemy's bulk-update path, which costs more than the
 # statement (it looks for the rows' objects in the session to synchronize them). Callers that

@@ -20,13 +20,13 @@ from jobs.states import JobState
 from service import store
 from service.app import create_app
 from service.db import make_engine
+from service.executors import make_executor
 from service.models import JobReservation, utcnow
 from service.queue import save_worker
 from service.reaper import reap_once
 from service.scheduling.admission import admit
 from service.scheduling.capacity import dispatch_queue_name
 from service.scheduling.dispatcher import Dispatcher
-from service.scheduling.executor import make_executor
 from service.scheduling.lease import LeaseLost, take_lease
 from service.scheduling.planner import Placement, QueuedJob
 from service.schemas import WorkerRecord

@@ -1,0 +1,10 @@
+"""Slurm as an executor (docs/slurm.md): jobs on the queues named in `LAUNCHBAY_SLURM_QUEUES`
+are submitted with `sbatch` as one allocation; inside it `srun` starts the Launchbay
+supervisor on each node (`worker.slurm_node`).
+
+    queues.py    the per-queue configuration (partition, account, time limit...)
+    script.py    the sbatch script of an attempt (pure; what `submit --dry-run` prints)
+    states.py    Slurm job states -> whether a task is live, or how its attempt ended
+    commands.py  sbatch / squeue / sacct / scancel, run and parsed
+    executor.py  `SlurmExecutor` (service.executor.Executor)
+"""
