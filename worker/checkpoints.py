@@ -4,9 +4,10 @@ apply the spec's retention.
 A reported file is registered when it
 
 - lies inside the job's checkpoint directory (relative path, no ``..``, no symlink out of it),
-- is a regular, non-empty file that did not change between the report and a later look
-  (`settle_s` apart; the contract says it is complete before its line is written, so a file
-  still growing is half-written and refused),
+- is a regular, non-empty file that no process holds open for writing (the contract says it
+  is complete before its line is written: it is registered as soon as its line is read, and
+  one still open for writing waits until it is closed, then is refused if it changed since
+  the report),
 - passes a format check where the format says where it ends (a torch.save zip needs its
   central directory, a safetensors file its declared length), and
 - is still the same file after its sha256 was computed.
@@ -16,12 +17,13 @@ Retention keeps the last `keep_last` checkpoints of the job (every attempt) plus
 event), then files deleted, so no live row ever points at a deleted file.
 """
 
+import errno
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import stat
-import time
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -117,6 +119,23 @@ def check_complete(path: Path, size: int) -> None:
             raise CheckpointRejected(f"{path.name} is not as long as its header says")
 
 
+def open_for_writing(path: Path) -> bool:
+    """Whether some process holds `path` open for writing: the kernel refuses a read lease on
+    such a file. False where leases are not available (another filesystem, no right to one)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False  # gone or unreadable: the checks that follow say so
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        return False
+    except OSError as exc:
+        return exc.errno in (errno.EAGAIN, errno.EBUSY)
+    finally:
+        os.close(fd)
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -140,7 +159,6 @@ class _Pending:
     event: CheckpointEvent
     path: Path
     signature: FileSignature
-    seen_at: float
 
 
 class CheckpointRegistrar:
@@ -154,14 +172,12 @@ class CheckpointRegistrar:
         data_dir: Path,
         checkpoint_dir: Path,
         policy: CheckpointPolicy,
-        settle_s: float = 0.5,
     ) -> None:
         self.engine = engine
         self.job_id, self.attempt = ref.job_id, ref.attempt
         self.data_dir = data_dir.resolve()
         self.checkpoint_dir = checkpoint_dir
         self.policy = policy
-        self.settle_s = settle_s
         self.pending: dict[Path, _Pending] = {}
         self.registered = 0
         self.rejected = 0
@@ -173,20 +189,25 @@ class CheckpointRegistrar:
         log.warning("job %s: checkpoint %r not registered: %s", self.job_id, reported, reason)
 
     def add(self, event: CheckpointEvent) -> None:
-        """A reported checkpoint; a later report of the same file replaces an earlier one."""
+        """A reported checkpoint, registered at once when its file is closed (a later report of
+        the same file replaces an earlier one still waiting)."""
         try:
             path = resolve_checkpoint(self.checkpoint_dir, event.path)
-            self.pending[path] = _Pending(event, path, signature(path), time.monotonic())
+            self.pending[path] = _Pending(event, path, signature(path))
         except CheckpointRejected as exc:
             self._reject(event.path, exc)
+            return
+        self.poll(only=path)
 
-    def poll(self, *, final: bool = False) -> None:
-        """Register what has settled; with `final` (no rank is left to write) check everything."""
+    def poll(self, *, final: bool = False, only: Path | None = None) -> None:
+        """Register what is no longer open for writing (`only` that one); with `final` (no
+        rank is left to write) check everything."""
         if self.superseded:
             return
-        now = time.monotonic()
         for path, pending in list(self.pending.items()):
-            if not final and now - pending.seen_at < self.settle_s:
+            if only is not None and path != only:
+                continue
+            if not final and open_for_writing(path):
                 continue
             try:
                 digest = self._verify(pending)

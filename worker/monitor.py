@@ -143,7 +143,6 @@ class AttemptMonitor:
             data_dir=paths.data_dir,
             checkpoint_dir=paths.checkpoint_dir,
             policy=spec.checkpoint,
-            settle_s=max(0.5, 2 * settings.worker_poll_s),
         )
         self.ingestor = Ingestor(
             engine,
