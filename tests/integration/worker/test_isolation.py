@@ -96,3 +96,45 @@ def test_the_nodes_of_one_job_starting_together_share_its_job_user(wenv: WorkerE
         finally:
             second.release()
             first.release()
+
+
+def test_a_lease_looks_for_leftovers_only_after_a_holder_that_did_not_give_it_back(
+    wenv: WorkerEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clean release marks the lease, and the next lease skips the process-table scan; a
+    lease whose holder died (its file still names its job) kills what that job left running."""
+    import subprocess
+
+    import worker.isolation as isolation
+
+    lease_dir, pool = wenv.settings.job_user_lease_dir, wenv.settings.job_users
+    scans: list[int] = []
+    real_kill = isolation.kill_user_processes
+
+    def counted_kill(uid: int, timeout_s: float = 5.0) -> list[int]:
+        scans.append(uid)
+        return real_kill(uid, timeout_s)
+
+    monkeypatch.setattr(isolation, "kill_user_processes", counted_kill)
+    user = lease_job_user(lease_dir, pool, "job-clean")
+    assert user is not None and user.owner_file is not None
+    owner_file, uid, gid = user.owner_file, user.uid, user.gid
+    user.release()
+    assert owner_file.read_text() == isolation.CLEAN
+
+    again = lease_job_user(lease_dir, pool, "job-next")
+    assert again is not None and again.uid == uid
+    assert scans == []  # released clean: nothing looked for
+    # The holder dies with a process of its job still running: its lease file names the job.
+    leftover = subprocess.Popen(["sleep", "60"], user=uid, group=gid, extra_groups=[])
+    try:
+        os.close(again.lock_fd)  # the kernel drops a dead holder's lock like this
+        assert owner_file.read_text() == "job-next"
+        third = lease_job_user(lease_dir, pool, "job-third")
+        assert third is not None and third.uid == uid
+        assert scans == [uid]
+        assert leftover.wait(timeout=10) == -9
+        third.release()
+    finally:
+        leftover.kill()
+        leftover.wait()
