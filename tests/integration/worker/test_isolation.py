@@ -120,7 +120,7 @@ def test_a_lease_looks_for_leftovers_only_after_a_holder_that_did_not_give_it_ba
     assert user is not None and user.owner_file is not None
     owner_file, uid, gid = user.owner_file, user.uid, user.gid
     user.release()
-    assert owner_file.read_text() == isolation.CLEAN
+    assert isolation.read_lease_owner(owner_file) == isolation.CLEAN
 
     again = lease_job_user(lease_dir, pool, "job-next")
     assert again is not None and again.uid == uid
@@ -129,7 +129,7 @@ def test_a_lease_looks_for_leftovers_only_after_a_holder_that_did_not_give_it_ba
     leftover = subprocess.Popen(["sleep", "60"], user=uid, group=gid, extra_groups=[])
     try:
         os.close(again.lock_fd)  # the kernel drops a dead holder's lock like this
-        assert owner_file.read_text() == "job-next"
+        assert isolation.read_lease_owner(owner_file) == "job-next"
         third = lease_job_user(lease_dir, pool, "job-third")
         assert third is not None and third.uid == uid
         assert scans == [uid]
