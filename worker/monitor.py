@@ -39,6 +39,7 @@ from service.store import (
 )
 from worker.cgroups import JobCgroup, cgroup_name
 from worker.checkpoints import CheckpointRegistrar
+from worker.disk import DiskWatch
 from worker.heartbeat import AttemptHeartbeat
 from worker.ingest import Ingestor
 from worker.isolation import JobUser
@@ -75,13 +76,20 @@ class StopReason(StrEnum):
     HANG = "hang"
     SHUTDOWN = "shutdown"
     RENDEZVOUS = "rendezvous"  # a multi-node job's nodes did not all join in time
+    DISK = "disk"  # the job's files went over what its owner's disk quota leaves it
     LOST = "lost"  # the job is no longer this attempt's (retried, ended or deleted elsewhere)
 
 
 # Stops that fail the attempt: a node of a multi-node job announces them before it stops its
 # processes (see `AttemptMonitor.announce`).
 FAILING_STOPS = frozenset(
-    {StopReason.TIMEOUT, StopReason.HANG, StopReason.SHUTDOWN, StopReason.RENDEZVOUS}
+    {
+        StopReason.TIMEOUT,
+        StopReason.HANG,
+        StopReason.SHUTDOWN,
+        StopReason.RENDEZVOUS,
+        StopReason.DISK,
+    }
 )
 
 
@@ -152,6 +160,8 @@ class AttemptMonitor:
             max_line_bytes=settings.max_log_line_bytes,
             on_checkpoint=self.registrar.add,
         )
+        self.disk = DiskWatch(engine, ref.job_id, paths.data_dir, settings.owner_disk_quota_bytes)
+        self.over_disk: str | None = None
         self.running = False
         self.restarts = 0
         self.next_cancel_check = 0.0
@@ -290,6 +300,9 @@ class AttemptMonitor:
             return StopReason.HANG
         if self.heartbeat.cancelling:
             return StopReason.CANCEL
+        self.over_disk = self.disk.check()
+        if self.over_disk is not None:
+            return StopReason.DISK
         if now < self.next_cancel_check:
             return None
         self.next_cancel_check = now + CANCEL_CHECK_S
@@ -339,6 +352,8 @@ class AttemptMonitor:
                 f"rendezvous_timeout_s={self.rendezvous_timeout_s:g} s; every node was stopped"
             )
             return Outcome(JobState.FAILED, ExitReason.RENDEZVOUS_TIMEOUT, returncode, message)
+        if stop is StopReason.DISK:
+            return Outcome(JobState.FAILED, ExitReason.USER_ERROR, returncode, self.over_disk)
         message = (
             f"worker {self.worker_name} shut down while the job ran; its processes were stopped"
         )
