@@ -8,6 +8,7 @@ import os
 import secrets
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -99,15 +100,17 @@ def test_the_nodes_of_one_job_starting_together_share_its_job_user(wenv: WorkerE
 
 
 def test_a_lease_looks_for_leftovers_only_after_a_holder_that_did_not_give_it_back(
-    wenv: WorkerEnv, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A clean release marks the lease, and the next lease skips the process-table scan; a
-    lease whose holder died (its file still names its job) kills what that job left running."""
+    lease whose holder died (its file still names its job) kills what that job left running.
+    A lease dir and a uid of the test's own: no other job may lose its processes to it."""
     import subprocess
 
     import worker.isolation as isolation
 
-    lease_dir, pool = wenv.settings.job_user_lease_dir, wenv.settings.job_users
+    uid = gid = 2**31 - 7  # no user has it
+    monkeypatch.setattr(isolation, "ensure_job_user", lambda name: (uid, gid))
     scans: list[int] = []
     real_kill = isolation.kill_user_processes
 
@@ -116,23 +119,25 @@ def test_a_lease_looks_for_leftovers_only_after_a_holder_that_did_not_give_it_ba
         return real_kill(uid, timeout_s)
 
     monkeypatch.setattr(isolation, "kill_user_processes", counted_kill)
-    user = lease_job_user(lease_dir, pool, "job-clean")
-    assert user is not None and user.owner_file is not None
-    owner_file, uid, gid = user.owner_file, user.uid, user.gid
-    user.release()
+    lease_dir = tmp_path / "leases"
+    first = lease_job_user(lease_dir, 1, "job-first")
+    assert first is not None and first.owner_file is not None
+    assert scans == [uid]  # a lease never given back clean: looked for leftovers
+    owner_file = first.owner_file
+    first.release()
     assert isolation.read_lease_owner(owner_file) == isolation.CLEAN
 
-    again = lease_job_user(lease_dir, pool, "job-next")
+    again = lease_job_user(lease_dir, 1, "job-next")
     assert again is not None and again.uid == uid
-    assert scans == []  # released clean: nothing looked for
+    assert scans == [uid]  # released clean: nothing looked for
     # The holder dies with a process of its job still running: its lease file names the job.
     leftover = subprocess.Popen(["sleep", "60"], user=uid, group=gid, extra_groups=[])
     try:
         os.close(again.lock_fd)  # the kernel drops a dead holder's lock like this
         assert isolation.read_lease_owner(owner_file) == "job-next"
-        third = lease_job_user(lease_dir, pool, "job-third")
+        third = lease_job_user(lease_dir, 1, "job-third")
         assert third is not None and third.uid == uid
-        assert scans == [uid]
+        assert scans == [uid, uid]
         assert leftover.wait(timeout=10) == -9
         third.release()
     finally:
