@@ -68,7 +68,6 @@ from worker.devices import (
 from worker.isolation import check_isolation
 from worker.lifeline import die_with_parent
 from worker.orphans import stop_orphans
-from worker.priority import autogroup_nice, set_autogroup_nice
 from worker.supervise import request_shutdown
 
 log = logging.getLogger(__name__)
@@ -104,9 +103,6 @@ class LaunchbayWorker(Worker):
     horse_stop_timeout_s: float = 30.0
     heartbeat_interval_s: float = 5.0
     host: str = socket.gethostname()
-    # This session's scheduling nice value at start, given back after each horse: a horse's
-    # supervisor lowers it while its ranks run (`worker.priority`), and may die before it can.
-    session_nice: int | None = None
     devices: Sequence[str] = ("cpu:0",)
     # The UUIDs of its GPUs as CUDA reports them (none without CUDA), for the overlap check.
     gpu_uuids: Sequence[str] = ()
@@ -180,8 +176,6 @@ class LaunchbayWorker(Worker):
         stopped = stop_orphans(tasks.current_settings().data_dir.resolve())
         if stopped:
             log.warning("killed processes %s left by attempts whose supervisor died", stopped)
-        if self.session_nice is not None and autogroup_nice() != self.session_nice:
-            set_autogroup_nice(self.session_nice)
         gc.collect()
         tasks.spare_pools()
 
@@ -340,7 +334,6 @@ def make_worker(
     worker.horse_stop_timeout_s = settings.cancel_grace_s + 20.0
     worker.heartbeat_interval_s = settings.heartbeat_interval_s
     worker.host = settings.worker_host
-    worker.session_nice = autogroup_nice()
     if devices.gpus and cuda.available:
         worker.gpu_uuids = cuda.uuids[: len(devices.gpus)]
     worker.claim_devices(devices)

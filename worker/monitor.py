@@ -17,6 +17,7 @@ its own; none is open while torchrun runs.
 """
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from enum import StrEnum
@@ -44,7 +45,6 @@ from worker.ingest import Ingestor
 from worker.isolation import JobUser
 from worker.launch import LaunchPlan, Rendezvous, RunPaths
 from worker.outcome import Outcome, classify_exit, read_oom_kills
-from worker.priority import yield_cpu_to_ranks
 from worker.supervise import (
     ProcessTree,
     elastic_restart_count,
@@ -66,6 +66,7 @@ NOTHING_REPORTED = (
 # How often the job's state is read for a cancel: each read is a database round trip, taken
 # from the ranks' CPU time on a busy node, so not every poll.
 CANCEL_CHECK_S = 0.5
+SUPERVISOR_NICENESS = 10
 T = TypeVar("T")
 
 
@@ -90,6 +91,18 @@ FAILING_STOPS = frozenset(
         StopReason.DISK,
     }
 )
+
+
+def yield_cpu_to_ranks() -> None:
+    """Lower this supervisor's CPU priority (the ranks, already started, keep theirs).
+
+    Where the ranks use every core (CPU training), the scheduler then runs the supervisor in
+    their gaps (collective waits) instead of pre-empting a rank, which stalls all of them.
+    """
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, SUPERVISOR_NICENESS)
+    except OSError:
+        log.debug("cannot lower the supervisor's priority", exc_info=True)
 
 
 def retry_db(action: Callable[[], T], what: str, tries: int = 5, delay_s: float = 1.0) -> T | None:
@@ -178,7 +191,7 @@ class AttemptMonitor:
                 JobState.FAILED, ExitReason.LAUNCH_ERROR, None, f"cannot start: {exc}"
             ), []
         cgroup_oom = False
-        restore_priority = yield_cpu_to_ranks()
+        yield_cpu_to_ranks()
         started = time.monotonic()
         stop: StopReason | None = None
         next_scan = 0.0
@@ -204,7 +217,6 @@ class AttemptMonitor:
                     break
                 time.sleep(self.settings.worker_poll_s)
         finally:
-            restore_priority()
             survivors = stop_job_processes(tree, self.settings.cancel_grace_s)
             if cgroup is not None:
                 cgroup_oom = cgroup.oom_killed()
