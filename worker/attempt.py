@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from jobs.spec import JobSpec
 from jobs.states import AttemptRef, ExitReason, JobState, NodeState
 from service.db import session_scope
 from service.executor import Executor, submit_retry
@@ -40,7 +41,7 @@ from worker.environment import EnvironmentProblem, release_environments
 from worker.heartbeat import AttemptHeartbeat
 from worker.isolation import JobUser, isolate_attempt
 from worker.job_environment import prepare_environment
-from worker.launch import Rendezvous, RunPaths
+from worker.launch import LaunchPlan, Rendezvous, RunPaths
 from worker.monitor import AttemptMonitor, retry_db
 from worker.orphans import leave_note, remove_note
 from worker.outcome import Outcome
@@ -259,33 +260,7 @@ def _run(
     ref, paths, settings = result.ref, result.paths, services.settings
     job_user: JobUser | None = None
     try:
-        spec = parse_spec(taken.spec)
-        environment = prepare_environment(
-            services.engine,
-            settings,
-            spec,
-            job_id=ref.job_id,
-            attempt=ref.attempt,
-            paths=paths,
-            node=ref.node,
-        )
-        plan = prepare_attempt(
-            services.engine,
-            spec=spec,
-            job_id=ref.job_id,
-            attempt=ref.attempt,
-            paths=paths,
-            code_store=settings.code_dir,
-            cuda=cuda or detect_cuda(),
-            collective_timeout_s=settings.collective_timeout_s,
-            rendezvous=taken.rendezvous,
-            python=str(environment.python) if environment is not None else None,
-        )
-        job_user = isolate_attempt(
-            paths, ref.job_id, pool_size=settings.job_users, lease_dir=settings.job_user_lease_dir
-        )
-        if job_user is not None:
-            plan = replace(plan, env={**plan.env, **job_user.env(paths)})
+        spec, plan, job_user = _prepare(services, result, taken, cuda)
         leave_note(paths.data_dir, ref.job_id, ref.attempt, paths.pids_file, ref.node)
         monitor = AttemptMonitor(
             services.engine,
@@ -318,6 +293,44 @@ def _run(
         release_environments()
         if job_user is not None:
             job_user.release()
+
+
+def _prepare(
+    services: AttemptServices,
+    result: AttemptResult,
+    taken: TakenAttempt,
+    cuda: CudaInfo | None,
+) -> tuple[JobSpec, LaunchPlan, JobUser | None]:
+    """The job's environment, the checks, directories and launch plan, and its job user."""
+    ref, paths, settings = result.ref, result.paths, services.settings
+    spec = parse_spec(taken.spec)
+    environment = prepare_environment(
+        services.engine,
+        settings,
+        spec,
+        job_id=ref.job_id,
+        attempt=ref.attempt,
+        paths=paths,
+        node=ref.node,
+    )
+    plan = prepare_attempt(
+        services.engine,
+        spec=spec,
+        job_id=ref.job_id,
+        attempt=ref.attempt,
+        paths=paths,
+        code_store=settings.code_dir,
+        cuda=cuda or detect_cuda(),
+        collective_timeout_s=settings.collective_timeout_s,
+        rendezvous=taken.rendezvous,
+        python=str(environment.python) if environment is not None else None,
+    )
+    job_user = isolate_attempt(
+        paths, ref.job_id, pool_size=settings.job_users, lease_dir=settings.job_user_lease_dir
+    )
+    if job_user is not None:
+        plan = replace(plan, env={**plan.env, **job_user.env(paths)})
+    return spec, plan, job_user
 
 
 def _announcer(engine: Engine, ref: AttemptRef) -> Callable[[Outcome], None]:

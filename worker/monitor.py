@@ -192,30 +192,8 @@ class AttemptMonitor:
             ), []
         cgroup_oom = False
         yield_cpu_to_ranks()
-        started = time.monotonic()
-        stop: StopReason | None = None
-        next_scan = 0.0
         try:
-            while True:
-                # The process table is the costly part of a poll: scanned every poll until the
-                # ranks are up, then less often (their sessions hold any child they start).
-                if not self.running or time.monotonic() >= next_scan:
-                    tree.poll()
-                    next_scan = time.monotonic() + PROCESS_SCAN_S
-                self.ingestor.poll()
-                self.registrar.poll()
-                self._note_progress(tree)
-                if tree.returncode() is not None:
-                    break
-                stop = self._stop_reason(started)
-                if stop is not None:
-                    log.info("job %s attempt %d: stopping (%s)", self.job_id, self.attempt, stop)
-                    if stop in FAILING_STOPS and self.announce is not None:
-                        failing = self._stopped_outcome(stop, None)
-                        if failing is not None:
-                            self.announce(failing)
-                    break
-                time.sleep(self.settings.worker_poll_s)
+            stop = self._watch(tree)
         finally:
             survivors = stop_job_processes(tree, self.settings.cancel_grace_s)
             if cgroup is not None:
@@ -239,6 +217,31 @@ class AttemptMonitor:
             or cgroup_oom,
         )
         return outcome, survivors
+
+    def _watch(self, tree: ProcessTree) -> StopReason | None:
+        """Poll until the launcher exits (None) or the attempt must be stopped (why)."""
+        started = time.monotonic()
+        next_scan = 0.0
+        while True:
+            # Recording the processes is the costly part of a poll without a job cgroup (a scan
+            # of the process table): every poll until the ranks are up, then less often.
+            if not self.running or time.monotonic() >= next_scan:
+                tree.poll()
+                next_scan = time.monotonic() + PROCESS_SCAN_S
+            self.ingestor.poll()
+            self.registrar.poll()
+            self._note_progress(tree)
+            if tree.returncode() is not None:
+                return None
+            stop = self._stop_reason(started)
+            if stop is not None:
+                log.info("job %s attempt %d: stopping (%s)", self.job_id, self.attempt, stop)
+                if stop in FAILING_STOPS and self.announce is not None:
+                    failing = self._stopped_outcome(stop, None)
+                    if failing is not None:
+                        self.announce(failing)
+                return stop
+            time.sleep(self.settings.worker_poll_s)
 
     def _note_progress(self, tree: ProcessTree) -> None:
         if not self.running and (
