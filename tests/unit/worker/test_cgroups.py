@@ -38,7 +38,8 @@ def make_cgroup(directory: Path) -> Path:
 def unified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A v2 host: the unified tree at `tmp_path`, this worker in OWN."""
     (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    make_cgroup(tmp_path / OWN.lstrip("/"))
+    own = make_cgroup(tmp_path / OWN.lstrip("/"))
+    (own / "cgroup.controllers").write_text("cpu memory pids\n")  # delegated to the worker
     monkeypatch.setattr(cgroups, "_own_paths", lambda: {"unified": OWN})
     monkeypatch.setattr(cgroups, "detect_hierarchies", lambda: DETECT(tmp_path))
     return tmp_path
@@ -48,6 +49,12 @@ def test_v2_is_found_under_the_workers_own_cgroup(unified: Path) -> None:
     base = unified / OWN.lstrip("/")
     assert cgroups.detect_hierarchies() == (Hierarchy("unified", base / "launchbay", OWN),)
     assert cgroups.describe_support() is None
+
+
+def test_v2_without_delegated_controllers_is_said_at_start(unified: Path) -> None:
+    (unified / OWN.lstrip("/") / "cgroup.controllers").write_text("cpu\n")
+    support = cgroups.describe_support()
+    assert support is not None and "['memory', 'pids']" in support and "NOT enforced" in support
 
 
 def test_v2_not_writable_means_no_cgroup(unified: Path, monkeypatch: pytest.MonkeyPatch) -> None:
