@@ -49,7 +49,8 @@ argv: steps warmup metrics width phase_steps cycle. With phase_steps = 0 it repo
 step, each line written before report() returns; else phases of phase_steps steps go through
 the comma-separated modes of cycle: off, written, queued (`queue_reports`) or plain (the same
 line appended by hand to the events file, no SDK), and each phase is timed. Timings go to
-bench_result.json in the working directory.
+bench_result.json in the job's output directory ($LAUNCHBAY_OUTPUT_DIR: its code directory
+is read-only).
 """
 import json
 import os
@@ -100,7 +101,7 @@ def main() -> None:
                 phases[-1]["steps"] += 1
                 phases[-1]["s"] = time.perf_counter() - started
         plain.close()
-    with open("bench_result.json", "w") as out:
+    with open(os.path.join(os.environ["LAUNCHBAY_OUTPUT_DIR"], "bench_result.json"), "w") as out:
         json.dump({"phases": phases}, out)
 
 
@@ -225,8 +226,7 @@ def run_training(
         time.sleep(poll_s)
     if job["state"] != JobState.SUCCEEDED:
         raise RuntimeError(f"P4a job {job_id} ended {job['state']}: {job['message']}")
-    run_dir = stack.data_dir / "runs" / job_id / "attempt-1"
-    result = json.loads((run_dir / "code" / "bench_result.json").read_text())
+    result = json.loads((stack.data_dir / "artifacts" / job_id / "bench_result.json").read_text())
     phases = [Phase(p["mode"], p["steps"], p["s"], p["report_s"]) for p in result["phases"]]
     reported = [e for e in job_events(stack, job_id) if e.get("type") == "metric"]
     ts_of_step = {e["step"]: e["ts"] for e in reported}

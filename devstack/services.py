@@ -31,9 +31,12 @@ class RedisServer:
     # The addresses it listens on; the first is the one `url()`, start and stop use. Any other
     # than 127.0.0.1 turns protected mode off (no password: any client that can reach it).
     bind: tuple[str, ...] = ("127.0.0.1",)
+    # Required of every client (`--requirepass`) when set; redis-server hides its own argv.
+    password: str | None = None
 
     def url(self, db: int = 0, host: str | None = None) -> str:
-        return f"redis://{host or self.bind[0]}:{self.port}/{db}"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}{host or self.bind[0]}:{self.port}/{db}"
 
     def start(self) -> None:
         exposed = set(self.bind) != {"127.0.0.1"}
@@ -45,6 +48,7 @@ class RedisServer:
                 "--bind",
                 *self.bind,
                 *(["--protected-mode", "no"] if exposed else []),
+                *(["--requirepass", self.password] if self.password else []),
                 "--save",
                 "",
                 "--appendonly",
@@ -61,14 +65,18 @@ class RedisServer:
             check=True,
             capture_output=True,
         )
-        client = redis.Redis(host=self.bind[0], port=self.port)
+        client = redis.Redis(host=self.bind[0], port=self.port, password=self.password)
         if not wait_until(lambda: _pings(client), timeout=10):
             raise RuntimeError(f"redis-server on port {self.port} did not start")
 
     def stop(self) -> None:
         # No retries: once the server is down, redis-py's default retries only add seconds.
         client = redis.Redis(
-            host=self.bind[0], port=self.port, retry=Retry(NoBackoff(), 0), socket_timeout=2
+            host=self.bind[0],
+            port=self.port,
+            password=self.password,
+            retry=Retry(NoBackoff(), 0),
+            socket_timeout=2,
         )
         try:
             client.shutdown(nosave=True)
@@ -85,9 +93,11 @@ def _pings(client: redis.Redis) -> bool:
 
 
 @contextmanager
-def private_redis(bind: tuple[str, ...] = ("127.0.0.1",)) -> Iterator[RedisServer]:
+def private_redis(
+    bind: tuple[str, ...] = ("127.0.0.1",), password: str | None = None
+) -> Iterator[RedisServer]:
     folder = Path(tempfile.mkdtemp(prefix="launchbay-redis-"))
-    server = RedisServer(port=free_port(), dir=folder, bind=bind)
+    server = RedisServer(port=free_port(), dir=folder, bind=bind, password=password)
     server.start()
     try:
         yield server

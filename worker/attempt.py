@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from jobs.spec import JobSpec
 from jobs.states import AttemptRef, ExitReason, JobState, NodeState
 from service.artifacts import store_for
 from service.db import session_scope
@@ -44,7 +45,7 @@ from worker.fetch import fetch_code
 from worker.heartbeat import AttemptHeartbeat
 from worker.isolation import JobUser, can_switch_users, isolate_attempt
 from worker.job_environment import prepare_environment
-from worker.launch import Rendezvous, RunPaths
+from worker.launch import LaunchPlan, Rendezvous, RunPaths
 from worker.monitor import AttemptMonitor, retry_db
 from worker.orphans import leave_note, remove_note
 from worker.outcome import Outcome
@@ -288,42 +289,8 @@ def _run(
     job_user: JobUser | None = None
     owner: str | None = None
     try:
-        spec = parse_spec(taken.spec)
-        artifacts = store_for(settings)
-        if spec.code is not None:  # its requirements.txt is read next
-            fetch_code(artifacts, settings.code_dir, spec.code.code_id)
-        environment = prepare_environment(
-            services.engine,
-            settings,
-            spec,
-            job_id=ref.job_id,
-            attempt=ref.attempt,
-            paths=paths,
-            node=ref.node,
-        )
-        plan = prepare_attempt(
-            services.engine,
-            spec=spec,
-            job_id=ref.job_id,
-            attempt=ref.attempt,
-            paths=paths,
-            code_store=settings.code_dir,
-            cuda=cuda or detect_cuda(),
-            collective_timeout_s=settings.collective_timeout_s,
-            rendezvous=taken.rendezvous,
-            python=str(environment.python) if environment is not None else None,
-            store=artifacts,
-            reserved=taken.reserved,
-        )
         owner = _owner(services.engine, ref.job_id) if can_switch_users() else None
-        if owner is not None:
-            build_cache.restore(paths.data_dir, owner, paths.run_dir / "home")
-        job_user = isolate_attempt(
-            paths, ref.job_id, pool_size=settings.job_users, lease_dir=settings.job_user_lease_dir
-        )
-        if job_user is not None:
-            builds = build_cache.env(paths.run_dir / "home", spec.env)
-            plan = replace(plan, env={**plan.env, **job_user.env(paths), **builds})
+        spec, plan, job_user = _prepare(services, result, taken, cuda, owner)
         leave_note(paths.data_dir, ref.job_id, ref.attempt, paths.pids_file, ref.node)
         monitor = AttemptMonitor(
             services.engine,
@@ -364,6 +331,54 @@ def _owner(engine: Engine, job_id: str) -> str | None:
     with session_scope(engine) as session:
         job = session.get(Job, job_id)
         return job.owner if job is not None else None
+
+
+def _prepare(
+    services: AttemptServices,
+    result: AttemptResult,
+    taken: TakenAttempt,
+    cuda: CudaInfo | None,
+    owner: str | None,
+) -> tuple[JobSpec, LaunchPlan, JobUser | None]:
+    """The job's code and environment, the checks, directories and launch plan, and its job
+    user (with the `owner`'s compiled ops in its home, when it has one)."""
+    ref, paths, settings = result.ref, result.paths, services.settings
+    spec = parse_spec(taken.spec)
+    artifacts = store_for(settings)
+    if spec.code is not None:  # its requirements.txt is read next
+        fetch_code(artifacts, settings.code_dir, spec.code.code_id)
+    environment = prepare_environment(
+        services.engine,
+        settings,
+        spec,
+        job_id=ref.job_id,
+        attempt=ref.attempt,
+        paths=paths,
+        node=ref.node,
+    )
+    plan = prepare_attempt(
+        services.engine,
+        spec=spec,
+        job_id=ref.job_id,
+        attempt=ref.attempt,
+        paths=paths,
+        code_store=settings.code_dir,
+        cuda=cuda or detect_cuda(),
+        collective_timeout_s=settings.collective_timeout_s,
+        rendezvous=taken.rendezvous,
+        python=str(environment.python) if environment is not None else None,
+        store=artifacts,
+        reserved=taken.reserved,
+    )
+    if owner is not None:
+        build_cache.restore(paths.data_dir, owner, paths.run_dir / "home")
+    job_user = isolate_attempt(
+        paths, ref.job_id, pool_size=settings.job_users, lease_dir=settings.job_user_lease_dir
+    )
+    if job_user is not None:
+        builds = build_cache.env(paths.run_dir / "home", spec.env)
+        plan = replace(plan, env={**plan.env, **job_user.env(paths), **builds})
+    return spec, plan, job_user
 
 
 def _announcer(engine: Engine, ref: AttemptRef) -> Callable[[Outcome], None]:

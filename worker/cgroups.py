@@ -78,7 +78,8 @@ def detect_hierarchies(root: Path = CGROUP_ROOT) -> tuple[Hierarchy, ...]:
 def describe_support() -> str | None:
     """None when job cgroups with memory and process limits work here; else what is missing,
     for the worker's start-up warning."""
-    found = {h.controller for h in detect_hierarchies()}
+    hierarchies = detect_hierarchies()
+    found = {h.controller for h in hierarchies}
     if not found:
         return (
             "no writable cgroup hierarchy (the worker is not root, or runs in an unprivileged "
@@ -87,6 +88,19 @@ def describe_support() -> str | None:
         )
     if found != {"unified"} and found != set(V1_CONTROLLERS):
         return f"only the cgroup controllers {sorted(found)} are writable: limits partial"
+    if found == {"unified"}:
+        own = hierarchies[0].base.parent
+        try:
+            available = set((own / "cgroup.controllers").read_text().split())
+        except OSError:
+            available = set()
+        missing = sorted(set(V1_CONTROLLERS) - available)
+        if missing:
+            return (
+                f"cgroup v2: the controllers {missing} are not delegated to the worker's cgroup "
+                f"({own}): jobs' processes are found by their cgroup, but their memory and "
+                "process limits are NOT enforced"
+            )
     return None
 
 

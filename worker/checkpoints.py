@@ -4,9 +4,10 @@ apply the spec's retention.
 A reported file (or directory) is registered when it
 
 - lies inside the job's checkpoint directory (relative path, no ``..``, no symlink out of it),
-- is a regular, non-empty file, or a directory of regular files (no symlink, device...), that
-  did not change between the report and a later look (`settle_s` apart; the contract says it
-  is complete before its line is written, so one still growing is half-written and refused),
+- is a regular, non-empty file that no process holds open for writing, or a directory of
+  regular files (no symlink, device...) (the contract says it is complete before its line is
+  written: it is taken as soon as its line is read, and a file still open for writing waits
+  until it is closed, then is refused if it changed since the report),
 - passes a format check where the format says where it ends (a torch.save zip needs its
   central directory, a safetensors file its declared length; each file of a directory),
 - is whole in the artifact store: the uploader (worker/checkpoint_upload.py) stores it in the
@@ -20,13 +21,14 @@ event), then files deleted (in the store, and the worker's own copy), so no live
 points at a deleted file.
 """
 
+import errno
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import shutil
 import stat
-import time
 import zipfile
 from collections.abc import Sequence
 from concurrent.futures import Future, wait
@@ -142,6 +144,24 @@ def check_complete(path: Path, size: int) -> None:
             raise CheckpointRejected(f"{path.name} is not as long as its header says")
 
 
+def open_for_writing(path: Path) -> bool:
+    """Whether some process holds `path` open for writing: the kernel refuses a read lease on
+    such a file. False for a directory, and where leases are not available (another
+    filesystem, no right to one)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False  # gone or unreadable: the checks that follow say so
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        return False
+    except OSError as exc:
+        return exc.errno in (errno.EAGAIN, errno.EBUSY)
+    finally:
+        os.close(fd)
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -165,7 +185,6 @@ class _Pending:
     event: CheckpointEvent
     path: Path
     signature: Signature
-    seen_at: float
     upload: "Future[Stored] | None" = None
 
 
@@ -180,7 +199,6 @@ class CheckpointRegistrar:
         data_dir: Path,
         checkpoint_dir: Path,
         policy: CheckpointPolicy,
-        settle_s: float = 0.5,
         store: ArtifactStore | None = None,
         upload_retry_s: float = 300.0,
     ) -> None:
@@ -189,7 +207,6 @@ class CheckpointRegistrar:
         self.data_dir = data_dir.resolve()
         self.checkpoint_dir = checkpoint_dir
         self.policy = policy
-        self.settle_s = settle_s
         self.pending: dict[Path, _Pending] = {}
         self.store: ArtifactStore = store or LocalStore(data_dir)
         self.uploader = CheckpointUploader(self.store, retry_for_s=upload_retry_s)
@@ -203,21 +220,26 @@ class CheckpointRegistrar:
         log.warning("job %s: checkpoint %r not registered: %s", self.job_id, reported, reason)
 
     def add(self, event: CheckpointEvent) -> None:
-        """A reported checkpoint; a later report of the same file replaces an earlier one."""
+        """A reported checkpoint, sent to the store at once when its file is closed (a later
+        report of the same file replaces an earlier one still waiting)."""
         try:
             path = resolve_checkpoint(self.checkpoint_dir, event.path)
-            self.pending[path] = _Pending(event, path, signature(path), time.monotonic())
+            self.pending[path] = _Pending(event, path, signature(path))
         except CheckpointRejected as exc:
             self._reject(event.path, exc)
+            return
+        self.poll(only=path)
 
-    def poll(self, *, final: bool = False) -> None:
-        """Send what has settled to the store, register what is whole there; with `final` (no
-        rank is left to write) check everything and wait for the uploads."""
+    def poll(self, *, final: bool = False, only: Path | None = None) -> None:
+        """Send what is no longer open for writing to the store (`only` that one), register
+        what is whole there; with `final` (no rank is left to write) check everything and wait
+        for the uploads."""
         if self.superseded:
             return
-        now = time.monotonic()
         for path, pending in list(self.pending.items()):
-            if pending.upload is None and (final or now - pending.seen_at >= self.settle_s):
+            if only is not None and path != only:
+                continue
+            if pending.upload is None and (final or not open_for_writing(path)):
                 try:
                     self._verify(pending)
                 except CheckpointRejected as exc:

@@ -8,8 +8,9 @@ may too, see docs/security.md). A user is leased per job and host: a lock file i
 `LAUNCHBAY_JOB_USER_LEASE_DIR` (host-local) held with ``flock`` by the supervising process,
 exclusive while one attempt takes it, shared by the nodes of that same job on this host; the
 kernel drops the lock when its holder dies. So no other job, of any owner, runs under that uid
-at the same time, and it is never the API's or the worker's uid. When a lease is taken, and
-when the last holder gives it back, every process of that uid is SIGKILLed.
+at the same time, and it is never the API's or the worker's uid. When the last holder gives a
+lease back, every process of that uid is SIGKILLed, and the lease file says so (`CLEAN`); a
+lease taken without that mark (its last holder died) SIGKILLs whatever is left first.
 
 **Directories.** The run directory stays the worker's (0711: the job may pass, not list); in
 it the job owns, mode 0700, ``logs/``, ``home/`` (its ``HOME``), ``tmp/`` (its ``TMPDIR``),
@@ -36,8 +37,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from service.hardening import tighten as _tighten
 from worker.cgroups import describe_support
 from worker.launch import RunPaths
@@ -45,6 +44,10 @@ from worker.launch import RunPaths
 log = logging.getLogger(__name__)
 
 JOB_USER_PREFIX = "launchbay-job-"
+# What a lease's ``<index>.job`` says once its last holder has killed everything of its uid;
+# a lease that a dead worker held still names its job, and the next one looks for leftovers.
+CLEAN = "-"
+OWNER_WIDTH = 256  # bytes of a lease's ``<index>.job``: a job id, padded with spaces
 
 
 def can_switch_users() -> bool:
@@ -77,23 +80,42 @@ def ensure_job_user(name: str) -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-def kill_user_processes(uid: int, timeout_s: float = 5.0) -> list[int]:
-    """SIGKILL every process whose real or effective uid is `uid` until none is left; returns
-    the PIDs killed."""
+def user_processes(uid: int) -> list[int]:
+    """PIDs of the live (not zombie) processes whose real or effective uid is `uid`.
+
+    Read from each ``/proc/<pid>/status`` (not the owner of ``/proc/<pid>``, which a process
+    that makes itself non-dumpable turns into root's)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as handle:
+                status = handle.read()
+        except OSError:
+            continue  # gone meanwhile
+        state = b""
+        for line in status.split(b"\n"):
+            if line.startswith(b"State:"):
+                state = line.split()[1]
+            elif line.startswith(b"Uid:"):
+                real, effective = (int(field) for field in line.split()[1:3])
+                if state != b"Z" and uid in (real, effective):
+                    found.append(int(name))
+                break
+    return found
+
+
+def _sweep_user(uid: int, timeout_s: float) -> tuple[list[int], list[int]]:
+    """(PIDs killed, PIDs that survived SIGKILL until `timeout_s`)."""
     killed: set[int] = set()
     deadline = time.monotonic() + timeout_s
     while True:
-        left = []
-        for proc in psutil.process_iter(["uids", "status"]):
-            uids = proc.info["uids"]
-            if uids is None or proc.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if uid in (uids.real, uids.effective):
-                left.append(proc.pid)
+        left = user_processes(uid)
         if not left or time.monotonic() >= deadline:
             if left:
                 log.error("processes of uid %d survive SIGKILL: %s", uid, left)
-            return sorted(killed)
+            return sorted(killed), left
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -101,6 +123,12 @@ def kill_user_processes(uid: int, timeout_s: float = 5.0) -> list[int]:
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.05)
+
+
+def kill_user_processes(uid: int, timeout_s: float = 5.0) -> list[int]:
+    """SIGKILL every process whose real or effective uid is `uid` until none is left; returns
+    the PIDs killed."""
+    return _sweep_user(uid, timeout_s)[0]
 
 
 @dataclass
@@ -113,6 +141,7 @@ class JobUser:
     lock_fd: int
     lease_dir: Path
     paths: RunPaths | None = None
+    owner_file: Path | None = None  # the lease's ``<index>.job``: its job, or `CLEAN`
 
     def env(self, paths: RunPaths) -> dict[str, str]:
         """What the ranks' environment says of their user."""
@@ -135,7 +164,11 @@ class JobUser:
                 except BlockingIOError:
                     last = False  # another node of the job still runs under it
                 if last:
-                    killed = kill_user_processes(self.uid)
+                    killed, left = _sweep_user(self.uid, 5.0)
+                    if not left and self.owner_file is not None:
+                        # Nothing runs under the uid and, the lock being ours alone, nothing
+                        # can start under it until the next lease: that one need not look.
+                        write_lease_owner(self.owner_file, CLEAN)
                 if self.paths is not None:
                     take_back_directories(self.paths, checkpoints=last)
             finally:
@@ -174,11 +207,12 @@ def _share_lease(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None
             held = False  # nobody holds it
         except BlockingIOError:
             held = True
+        owner = lease_dir / f"{index}.job"
         try:
-            if held and (lease_dir / f"{index}.job").read_text() == job_id:
+            if held and read_lease_owner(owner) == job_id:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
                 name = f"{JOB_USER_PREFIX}{index}"
-                return JobUser(name, *ensure_job_user(name), fd, lease_dir)
+                return JobUser(name, *ensure_job_user(name), fd, lease_dir, owner_file=owner)
         except (OSError, BlockingIOError):
             pass
         os.close(fd)
@@ -193,13 +227,38 @@ def _fresh_lease(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None
         except BlockingIOError:
             os.close(fd)
             continue
-        name = f"{JOB_USER_PREFIX}{index}"
+        name, owner = f"{JOB_USER_PREFIX}{index}", lease_dir / f"{index}.job"
         uid, gid = ensure_job_user(name)
-        kill_user_processes(uid)  # whatever a dead worker's job left under it
-        (lease_dir / f"{index}.job").write_text(job_id)
+        if not _left_clean(owner):
+            kill_user_processes(uid)  # whatever a dead worker's job left under it
+        write_lease_owner(owner, job_id)
         fcntl.flock(fd, fcntl.LOCK_SH)
-        return JobUser(name, uid, gid, fd, lease_dir)
+        return JobUser(name, uid, gid, fd, lease_dir, owner_file=owner)
     return None
+
+
+def _left_clean(owner: Path) -> bool:
+    """Whether the last release of this lease found no process left under its uid (and none
+    has held it since): then there is nothing to kill, and the scan of the whole process table
+    (tens of milliseconds on a busy host, on every job's way to its launch) is skipped."""
+    try:
+        return read_lease_owner(owner) == CLEAN
+    except OSError:
+        return False
+
+
+def read_lease_owner(owner: Path) -> str:
+    return owner.read_text().rstrip(" ")
+
+
+def write_lease_owner(owner: Path, text: str) -> None:
+    """Overwrite in place, padded to one width: truncating or replacing a file that has data
+    makes ext4 flush it (about 5 ms here, where /run is not a tmpfs)."""
+    fd = os.open(owner, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        os.pwrite(fd, text.encode().ljust(OWNER_WIDTH), 0)
+    finally:
+        os.close(fd)
 
 
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
@@ -220,7 +279,6 @@ def give_directories(paths: RunPaths, user: JobUser) -> None:
         (paths.run_dir / sub).mkdir(exist_ok=True)
     paths.log_dir.mkdir(parents=True, exist_ok=True)
     os.close(os.open(paths.events_file, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
-    os.close(os.open(paths.launcher_log, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
     for owned in (paths.run_dir / "home", paths.run_dir / "tmp", paths.log_dir, paths.code_dir):
         if owned.exists() and not owned.is_symlink():
             _chown_tree(owned, user.uid, user.gid)

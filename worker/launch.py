@@ -177,20 +177,7 @@ def build_launch(
     then `spec.env`, then Launchbay's variables, which nothing overrides.
     `gpus` are the worker's GPUs (CUDA ids); the job sees the first `nproc_per_node` of them.
     """
-    if spec.code is not None:
-        cwd = paths.code_dir
-        program = ["--script", str(paths.code_dir / spec.code.entrypoint)]
-    else:
-        if not recipe_module:
-            raise ValueError(f"recipe {spec.recipe!r} needs its module")
-        cwd = paths.run_dir
-        program = ["--module", recipe_module]
-    entry = [python, ISOLATED, "-u", str(RANK_ENTRY), "--log-dir", str(paths.log_dir)]
-    if spec.pass_local_rank_arg and spec.launcher == "torchrun":
-        spelling = "auto" if spec.pass_local_rank_arg is True else spec.pass_local_rank_arg
-        entry.append(f"--local-rank-arg={spelling}")
-    entry += [*program, *spec.args]
-
+    cwd, entry = rank_entry(spec, paths, python, recipe_module)
     env = build_env(
         spec,
         job_id=job_id,
@@ -209,14 +196,59 @@ def build_launch(
             MASTER_ADDR=LOCALHOST, MASTER_PORT=str(port), WORLD_SIZE=str(spec.nproc_per_node)
         )
         return LaunchPlan(argv=entry, env=env, cwd=cwd, launcher="python")
+    argv = torchrun_argv(
+        spec,
+        job_id=job_id,
+        attempt=attempt,
+        paths=paths,
+        port=port,
+        python=python,
+        entry=entry,
+        rendezvous=rendezvous,
+    )
+    return LaunchPlan(argv=argv, env=env, cwd=cwd, expected_ranks=spec.nproc_per_node)
 
+
+def rank_entry(
+    spec: JobSpec, paths: RunPaths, python: str, recipe_module: str | None
+) -> tuple[Path, list[str]]:
+    """(the ranks' working directory, the command each rank runs: `rank_main.py` and the
+    program, its arguments after it)."""
+    if spec.code is not None:
+        cwd = paths.code_dir
+        program = ["--script", str(paths.code_dir / spec.code.entrypoint)]
+    else:
+        if not recipe_module:
+            raise ValueError(f"recipe {spec.recipe!r} needs its module")
+        cwd = paths.run_dir
+        program = ["--module", recipe_module]
+    entry = [python, ISOLATED, "-u", str(RANK_ENTRY), "--log-dir", str(paths.log_dir)]
+    if spec.pass_local_rank_arg and spec.launcher == "torchrun":
+        spelling = "auto" if spec.pass_local_rank_arg is True else spec.pass_local_rank_arg
+        entry.append(f"--local-rank-arg={spelling}")
+    return cwd, [*entry, *program, *spec.args]
+
+
+def torchrun_argv(
+    spec: JobSpec,
+    *,
+    job_id: str,
+    attempt: int,
+    paths: RunPaths,
+    port: int,
+    python: str,
+    entry: list[str],
+    rendezvous: Rendezvous | None,
+) -> list[str]:
+    """torchrun's command line, running `entry` as each rank: a standalone rendezvous on
+    `port`, or, for a node of a multi-node job, the one at `rendezvous.endpoint`."""
     if rendezvous is None:
         endpoint, local_addr, conf = f"{LOCALHOST}:{port}", LOCALHOST, []
     else:
         endpoint, local_addr = rendezvous.endpoint, rendezvous.local_addr
         is_host = int(rendezvous.is_host)
         conf = [f"--rdzv-conf=is_host={is_host},join_timeout={rendezvous.join_timeout_s}"]
-    argv = [
+    return [
         python,
         ISOLATED,  # also: the working directory holds user code, which must not shadow torch
         "-m",
@@ -233,7 +265,6 @@ def build_launch(
         "--no-python",  # the rank's interpreter and its flags are the entry's first words
         *entry,
     ]
-    return LaunchPlan(argv=argv, env=env, cwd=cwd, expected_ranks=spec.nproc_per_node)
 
 
 def build_env(

@@ -56,6 +56,7 @@ from service.schemas import WorkerJob, WorkerRecord
 from service.settings import Settings, get_settings
 from worker import tasks
 from worker.devices import (
+    CudaInfo,
     DevicesTaken,
     WorkerDevices,
     assign_devices,
@@ -333,6 +334,23 @@ def run_worker(
         allow_cpu_fallback=settings.allow_cpu_fallback,
     )
     check_gpus_seen(devices, cuda)
+    worker = make_worker(queues, settings, name or default_worker_name(), devices, cuda, pool)
+    stopped = stop_orphans(settings.data_dir.resolve())
+    if stopped:
+        log.warning("killed processes %s left by attempts whose supervisor died", stopped)
+    return work_until_stopped(worker, burst=burst, logging_level=logging_level)
+
+
+def make_worker(
+    queues: Sequence[str],
+    settings: Settings,
+    name: str,
+    devices: WorkerDevices,
+    cuda: CudaInfo,
+    pool: str | None = None,
+) -> LaunchbayWorker:
+    """The RQ worker, owning `devices` (claimed now: `DevicesTaken` when another has them),
+    shared with the other workers of `pool` on its host."""
     interval = max(1, round(settings.heartbeat_interval_s))
     name = name or default_worker_name()
     worker = LaunchbayWorker(
@@ -359,9 +377,12 @@ def run_worker(
         devices.describe(),
         f", UUIDs {','.join(worker.gpu_uuids)}" if worker.gpu_uuids else "",
     )
-    stopped = stop_orphans(settings.data_dir.resolve())
-    if stopped:
-        log.warning("killed processes %s left by attempts whose supervisor died", stopped)
+    return worker
+
+
+def work_until_stopped(worker: LaunchbayWorker, *, burst: bool, logging_level: str) -> bool:
+    """RQ's work loop, started again while Redis comes and goes, until the worker is shut down
+    (with `burst`, until its queues are empty); whether it ran any job."""
     worked = False
     while True:
         try:

@@ -42,6 +42,7 @@ from service.store import (
 )
 from worker.cgroups import JobCgroup, cgroup_name
 from worker.checkpoints import CheckpointRegistrar
+from worker.disk import DiskWatch
 from worker.heartbeat import AttemptHeartbeat
 from worker.ingest import Ingestor
 from worker.isolation import JobUser
@@ -79,13 +80,20 @@ class StopReason(StrEnum):
     HANG = "hang"
     SHUTDOWN = "shutdown"
     RENDEZVOUS = "rendezvous"  # a multi-node job's nodes did not all join in time
+    DISK = "disk"  # the job's files went over what its owner's disk quota leaves it
     LOST = "lost"  # the job is no longer this attempt's (retried, ended or deleted elsewhere)
 
 
 # Stops that fail the attempt: a node of a multi-node job announces them before it stops its
 # processes (see `AttemptMonitor.announce`).
 FAILING_STOPS = frozenset(
-    {StopReason.TIMEOUT, StopReason.HANG, StopReason.SHUTDOWN, StopReason.RENDEZVOUS}
+    {
+        StopReason.TIMEOUT,
+        StopReason.HANG,
+        StopReason.SHUTDOWN,
+        StopReason.RENDEZVOUS,
+        StopReason.DISK,
+    }
 )
 
 
@@ -147,7 +155,6 @@ class AttemptMonitor:
             data_dir=paths.data_dir,
             checkpoint_dir=paths.checkpoint_dir,
             policy=spec.checkpoint,
-            settle_s=max(0.5, 2 * settings.worker_poll_s),
             store=store_for(settings),
             upload_retry_s=settings.checkpoint_upload_retry_s,
         )
@@ -160,6 +167,8 @@ class AttemptMonitor:
             on_checkpoint=self.registrar.add,
             max_log_bytes=settings.max_log_bytes_per_job,
         )
+        self.disk = DiskWatch(engine, ref.job_id, paths.data_dir, settings.owner_disk_quota_bytes)
+        self.over_disk: str | None = None
         self.running = False
         self.restarts = 0
         self.next_cancel_check = 0.0
@@ -195,32 +204,8 @@ class AttemptMonitor:
             ), []
         cgroup_oom = False
         yield_cpu_to_ranks()
-        started = time.monotonic()
-        stop: StopReason | None = None
-        next_scan = 0.0
         try:
-            while True:
-                # The process table is the costly part of a poll: scanned every poll until the
-                # ranks are up, then less often (their sessions hold any child they start).
-                if not self.running or time.monotonic() >= next_scan:
-                    tree.poll()
-                    next_scan = time.monotonic() + PROCESS_SCAN_S
-                self.ingestor.poll()
-                self.registrar.poll()
-                self._note_progress(tree)
-                if tree.returncode() is not None:
-                    break
-                stop = self._stop_reason(started)
-                if stop is StopReason.HANG or (stop is None and self._stacks_wanted()):
-                    self._record_stacks(tree, "hang" if stop is StopReason.HANG else "request")
-                if stop is not None:
-                    log.info("job %s attempt %d: stopping (%s)", self.job_id, self.attempt, stop)
-                    if stop in FAILING_STOPS and self.announce is not None:
-                        failing = self._stopped_outcome(stop, None)
-                        if failing is not None:
-                            self.announce(failing)
-                    break
-                time.sleep(self.settings.worker_poll_s)
+            stop = self._watch(tree)
         finally:
             survivors = stop_job_processes(tree, self.settings.cancel_grace_s)
             if cgroup is not None:
@@ -244,6 +229,33 @@ class AttemptMonitor:
             or cgroup_oom,
         )
         return outcome, survivors
+
+    def _watch(self, tree: ProcessTree) -> StopReason | None:
+        """Poll until the launcher exits (None) or the attempt must be stopped (why)."""
+        started = time.monotonic()
+        next_scan = 0.0
+        while True:
+            # Recording the processes is the costly part of a poll without a job cgroup (a scan
+            # of the process table): every poll until the ranks are up, then less often.
+            if not self.running or time.monotonic() >= next_scan:
+                tree.poll()
+                next_scan = time.monotonic() + PROCESS_SCAN_S
+            self.ingestor.poll()
+            self.registrar.poll()
+            self._note_progress(tree)
+            if tree.returncode() is not None:
+                return None
+            stop = self._stop_reason(started)
+            if stop is StopReason.HANG or (stop is None and self._stacks_wanted()):
+                self._record_stacks(tree, "hang" if stop is StopReason.HANG else "request")
+            if stop is not None:
+                log.info("job %s attempt %d: stopping (%s)", self.job_id, self.attempt, stop)
+                if stop in FAILING_STOPS and self.announce is not None:
+                    failing = self._stopped_outcome(stop, None)
+                    if failing is not None:
+                        self.announce(failing)
+                return stop
+            time.sleep(self.settings.worker_poll_s)
 
     def _note_progress(self, tree: ProcessTree) -> None:
         if not self.running and (
@@ -305,6 +317,9 @@ class AttemptMonitor:
             return StopReason.HANG
         if self.heartbeat.cancelling:
             return StopReason.CANCEL
+        self.over_disk = self.disk.check()
+        if self.over_disk is not None:
+            return StopReason.DISK
         if now < self.next_cancel_check:
             return None
         self.next_cancel_check = now + CANCEL_CHECK_S
@@ -389,6 +404,8 @@ class AttemptMonitor:
                 f"rendezvous_timeout_s={self.rendezvous_timeout_s:g} s; every node was stopped"
             )
             return Outcome(JobState.FAILED, ExitReason.RENDEZVOUS_TIMEOUT, returncode, message)
+        if stop is StopReason.DISK:
+            return Outcome(JobState.FAILED, ExitReason.USER_ERROR, returncode, self.over_disk)
         message = (
             f"worker {self.worker_name} shut down while the job ran; its processes were stopped"
         )

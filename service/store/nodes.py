@@ -62,23 +62,10 @@ def join_node(
         return None
     now = utcnow()
     hosting = job.state == JobState.QUEUED
-    if hosting and not transition(
-        session,
-        job_id,
-        JobState.STARTING,
-        attempt=attempt,
-        worker=worker,
-        started_at=now,
-        last_heartbeat=now,
-    ):
+    meeting_at = _rendezvous_endpoint(session, job_id, attempt, hosting, worker, endpoint, now)
+    if meeting_at is None:
         session.rollback()
         return None
-    if not hosting:
-        hosted_at = _hosted_at(session, job_id, attempt)
-        if hosted_at is None:
-            session.rollback()
-            return None
-        endpoint = hosted_at
     session.add(
         JobNode(
             job_id=job_id,
@@ -94,7 +81,32 @@ def join_node(
     )
     spec, timeout_s = dict(job.spec), job.job_spec().rendezvous_timeout_s
     session.commit()
-    return NodeSeat(endpoint=endpoint, is_host=hosting, spec=spec, rendezvous_timeout_s=timeout_s)
+    return NodeSeat(meeting_at, is_host=hosting, spec=spec, rendezvous_timeout_s=timeout_s)
+
+
+def _rendezvous_endpoint(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    hosting: bool,
+    worker: str,
+    endpoint: str,
+    now: datetime,
+) -> str | None:
+    """Where the attempt's nodes meet: the first node (`hosting`) moves the job to starting and
+    hosts it at its own `endpoint`; a later one finds the host's. None when neither holds."""
+    if not hosting:
+        return _hosted_at(session, job_id, attempt)
+    moved = transition(
+        session,
+        job_id,
+        JobState.STARTING,
+        attempt=attempt,
+        worker=worker,
+        started_at=now,
+        last_heartbeat=now,
+    )
+    return endpoint if moved else None
 
 
 def _hosted_at(session: Session, job_id: str, attempt: int) -> str | None:

@@ -99,3 +99,43 @@ def test_a_jobs_disk_use_is_measured_when_its_attempt_ends(wenv: WorkerEnv) -> N
     job = wenv.job(job_id)
     assert job.state == "succeeded", job.message
     assert job.disk_bytes is not None and size <= job.disk_bytes < size + 2**20
+
+
+def test_a_confined_jobs_processes_are_recorded_from_its_cgroup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a cgroup, a poll reads the job's own processes, not the whole process table (a
+    scan of tens of milliseconds on a busy host, every few seconds while the ranks train),
+    and still finds a child that left the launcher's session."""
+    import os
+    import sys
+
+    from worker import supervise
+    from worker.cgroups import JobCgroup
+    from worker.launch import LaunchPlan
+
+    cgroup = JobCgroup.create(f"test-poll-{uuid.uuid4().hex[:8]}")
+    assert cgroup is not None
+    child = "import subprocess, time; subprocess.Popen(['sleep', '60'], start_new_session=True)"
+    plan = LaunchPlan(
+        argv=[sys.executable, "-c", f"{child}; time.sleep(60)"], env=dict(os.environ), cwd=tmp_path
+    )
+    tree = supervise.start_launcher(plan, tmp_path / "launcher.log", None, cgroup)
+    try:
+
+        def scanned() -> dict[int, supervise._Proc]:
+            raise AssertionError("the whole process table was scanned")
+
+        monkeypatch.setattr(supervise, "_live_processes", scanned)
+
+        def both_recorded() -> bool:
+            tree.poll()
+            return tree.descendants >= 1
+
+        assert wait_until(both_recorded, timeout=20)
+        sleeper = [r for r in tree.records.values() if r.pid != tree.pid]
+        assert len(sleeper) == 1 and sleeper[0].sid == sleeper[0].pid  # a session of its own
+    finally:
+        monkeypatch.undo()
+        assert supervise.stop_job_processes(tree, 1.0) == []
+        cgroup.remove()

@@ -8,6 +8,7 @@ import os
 import secrets
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +114,49 @@ def test_a_node_joins_its_jobs_user_even_when_a_lower_one_is_free(wenv: WorkerEn
     finally:
         peer.release()
         node.release()
+
+
+def test_a_lease_looks_for_leftovers_only_after_a_holder_that_did_not_give_it_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clean release marks the lease, and the next lease skips the process-table scan; a
+    lease whose holder died (its file still names its job) kills what that job left running.
+    A lease dir and a uid of the test's own: no other job may lose its processes to it."""
+    import subprocess
+
+    import worker.isolation as isolation
+
+    uid = gid = 2**31 - 7  # no user has it
+    monkeypatch.setattr(isolation, "ensure_job_user", lambda name: (uid, gid))
+    scans: list[int] = []
+    real_kill = isolation.kill_user_processes
+
+    def counted_kill(uid: int, timeout_s: float = 5.0) -> list[int]:
+        scans.append(uid)
+        return real_kill(uid, timeout_s)
+
+    monkeypatch.setattr(isolation, "kill_user_processes", counted_kill)
+    lease_dir = tmp_path / "leases"
+    first = lease_job_user(lease_dir, 1, "job-first")
+    assert first is not None and first.owner_file is not None
+    assert scans == [uid]  # a lease never given back clean: looked for leftovers
+    owner_file = first.owner_file
+    first.release()
+    assert isolation.read_lease_owner(owner_file) == isolation.CLEAN
+
+    again = lease_job_user(lease_dir, 1, "job-next")
+    assert again is not None and again.uid == uid
+    assert scans == [uid]  # released clean: nothing looked for
+    # The holder dies with a process of its job still running: its lease file names the job.
+    leftover = subprocess.Popen(["sleep", "60"], user=uid, group=gid, extra_groups=[])
+    try:
+        os.close(again.lock_fd)  # the kernel drops a dead holder's lock like this
+        assert isolation.read_lease_owner(owner_file) == "job-next"
+        third = lease_job_user(lease_dir, 1, "job-third")
+        assert third is not None and third.uid == uid
+        assert scans == [uid, uid]
+        assert leftover.wait(timeout=10) == -9
+        third.release()
+    finally:
+        leftover.kill()
+        leftover.wait()

@@ -9,13 +9,18 @@ from pathlib import Path
 import pytest
 
 from jobs.spec import CheckpointPolicy
+from jobs.states import AttemptRef
 from service.models import Checkpoint
 from worker.checkpoints import (
+    CheckpointRegistrar,
     CheckpointRejected,
+    _Pending,
     check_complete,
+    open_for_writing,
     resolve_checkpoint,
     select_retained,
 )
+from worker.events import CheckpointEvent
 
 
 def checkpoint(seq: int, **metrics: float) -> Checkpoint:
@@ -84,6 +89,61 @@ def test_safetensors_length(tmp_path: Path) -> None:
     cut.write_bytes(data[:-3])
     with pytest.raises(CheckpointRejected):
         check_complete(cut, len(data) - 3)
+
+
+class RecordingRegistrar(CheckpointRegistrar):
+    """The registrar with its two database writes recorded instead of made."""
+
+    def __init__(self, data_dir: Path) -> None:
+        folder = data_dir / "checkpoints" / "j"
+        folder.mkdir(parents=True)
+        super().__init__(
+            None,  # type: ignore[arg-type]  # never used: both writes are overridden
+            AttemptRef("j", 1),
+            data_dir=data_dir,
+            checkpoint_dir=folder,
+            policy=CheckpointPolicy(),
+        )
+        self.written: list[tuple[str, int | None, str]] = []
+
+    def _register(self, pending: _Pending, digest: str) -> None:
+        self.written.append((pending.path.name, pending.event.step, digest))
+
+    def _apply_retention(self) -> None:
+        pass
+
+
+def report(name: str, step: int) -> CheckpointEvent:
+    return CheckpointEvent(path=name, step=step, epoch=0)
+
+
+def test_a_reported_checkpoint_is_registered_on_its_line(tmp_path: Path) -> None:
+    """Its line is written once the file is complete: no waiting for a later poll."""
+    registrar = RecordingRegistrar(tmp_path)
+    (registrar.checkpoint_dir / "step-1.pt").write_bytes(zip_bytes())
+    registrar.add(report("step-1.pt", 1))
+    assert [(name, step) for name, step, _ in registrar.written] == [("step-1.pt", 1)]
+    assert registrar.registered == 1 and not registrar.pending
+
+
+def test_a_checkpoint_still_open_for_writing_waits_and_is_refused_if_it_changed(
+    tmp_path: Path,
+) -> None:
+    registrar = RecordingRegistrar(tmp_path)
+    growing, held = registrar.checkpoint_dir / "growing.pt", registrar.checkpoint_dir / "held.pt"
+    growing.write_bytes(zip_bytes())
+    held.write_bytes(zip_bytes())
+    with open(growing, "ab") as writer, open(held, "ab"):
+        assert open_for_writing(growing)
+        registrar.add(report("growing.pt", 1))
+        registrar.add(report("held.pt", 2))
+        registrar.poll()
+        assert registrar.written == [] and len(registrar.pending) == 2
+        writer.write(b"more")
+    assert not open_for_writing(growing)
+    registrar.poll()  # both closed: held.pt is as reported, growing.pt is not
+    assert [name for name, _, _ in registrar.written] == ["held.pt"]
+    assert registrar.rejected == 1 and not registrar.pending
 
 
 def test_worker_modules_do_not_shadow_the_standard_library() -> None:

@@ -1,8 +1,8 @@
 """Rank 0 reports checkpoints, good and bad (zip files, like torch.save's, without torch):
 
 good-<i>.pt for i in 1..5 with loss 5, 1, 4, 3, 2 (the best is good-2); truncated.pt (half of
-a zip); growing.pt (complete when reported, then appended to); escapes (../, absolute,
-a symlink out of the directory) and a missing file.
+a zip); growing.pt (complete when reported, but still open for writing and appended to);
+escapes (../, absolute, a symlink out of the directory) and a missing file.
 """
 
 import io
@@ -56,8 +56,8 @@ if rank == 0:
     for bad in ("../outside.pt", outside, "link.pt", "missing.pt"):
         report(bad, 9, 0.0)
     save("growing.pt", zip_bytes(7))
-    report("growing.pt", 7, 0.0)
     with open(os.path.join(ckpt_dir, "growing.pt"), "ab") as handle:
+        report("growing.pt", 7, 0.0)
         for _ in range(30):
             handle.write(b"x" * 100)
             handle.flush()

@@ -1,0 +1,57 @@
+"""A running job is held to what its owner's disk quota leaves it: the worker measures its
+files while it runs and stops it, with exit reason `user_error` and a message that says why,
+once they are over (not only when the attempt ends)."""
+
+import pytest
+from sqlalchemy import update
+
+from service.db import session_scope
+from service.models import Job
+from tests.integration.worker.conftest import WorkerEnv
+from worker import disk
+
+QUOTA = 4_000_000
+
+
+def owned_by(wenv: WorkerEnv, job_id: str, owner: str, disk_bytes: int | None = None) -> None:
+    with session_scope(wenv.engine) as session:
+        values: dict[str, object] = {"owner": owner}
+        if disk_bytes is not None:
+            values["disk_bytes"] = disk_bytes
+        session.execute(update(Job).where(Job.id == job_id).values(**values))  # type: ignore[arg-type]
+        session.commit()
+
+
+def test_a_job_over_its_owners_quota_is_stopped_while_it_runs(
+    wenv: WorkerEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(disk, "DISK_CHECK_S", 0.2)
+    monkeypatch.setattr(wenv.settings, "owner_disk_quota_bytes", QUOTA)
+    # The owner's finished job holds half the quota; this one writes 3 MB more, under the quota
+    # alone, over it with the other.
+    held = wenv.submit("single.py", launcher="python", nproc_per_node=1)
+    owned_by(wenv, held, "ann", disk_bytes=QUOTA // 2)
+    env = {"WRITE_BYTES": str(3_000_000), "FILL_SLEEP_S": "30"}  # left alone: it succeeds
+    job_id = wenv.submit("filler.py", launcher="python", nproc_per_node=1, env=env)
+    owned_by(wenv, job_id, "ann")
+
+    result = wenv.run(job_id)  # returns only once the job has been stopped
+
+    job = wenv.job(job_id)
+    assert (job.state, job.exit_reason) == ("failed", "user_error"), job.message
+    assert job.message is not None and "over the owner's disk quota of 4000000" in job.message
+    assert result.outcome is not None and not result.survivors
+    assert job.disk_bytes is not None and job.disk_bytes >= 3_000_000
+
+
+def test_an_admins_job_is_not_held_to_the_quota(
+    wenv: WorkerEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(disk, "DISK_CHECK_S", 0.2)
+    monkeypatch.setattr(wenv.settings, "owner_disk_quota_bytes", 1_000)
+    env = {"WRITE_BYTES": str(100_000), "FILL_SLEEP_S": "2"}  # 10 checks over the quota
+    job_id = wenv.submit("filler.py", launcher="python", nproc_per_node=1, env=env)
+    owned_by(wenv, job_id, "admin")
+    wenv.run(job_id)
+    job = wenv.job(job_id)
+    assert (job.state, job.exit_reason) == ("succeeded", "completed"), job.message
