@@ -270,7 +270,6 @@ def _register(stack_root: Path, database_url: str, store: Any, file: Path) -> tu
         data_dir=data_dir,
         checkpoint_dir=folder,
         policy=CheckpointPolicy(),
-        settle_s=0.0,
         store=store,
     )
     registrar.add(CheckpointEvent(path="big.bin", step=1, epoch=0))

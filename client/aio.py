@@ -19,15 +19,19 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO, Self
+from urllib.parse import quote
 
 import httpx
 
 from client import http
 from client.errors import ConnectionFailed, WaitTimeout, api_error_from_response
 from client.models import (
+    AuditRecord,
     Checkpoint,
     CreatedToken,
+    CreatedWebhook,
     Event,
+    FoundLogLine,
     Job,
     JobPage,
     LogLine,
@@ -37,9 +41,12 @@ from client.models import (
     Node,
     Queue,
     Recipe,
+    Stacks,
     Token,
     UploadedCode,
     Usage,
+    Webhook,
+    WebhookDelivery,
     Worker,
 )
 from client.sse import SSEParser
@@ -96,7 +103,7 @@ class AsyncClient:
         return Job.model_validate(body)
 
     async def dry_run_job(self, spec: JSON) -> dict[str, Any]:
-        body = await self._json("POST", "/v1/jobs/dry-run", json=spec, retry=True)
+        body = await self._json("POST", "/v1/dry-run", json=spec, retry=True)
         assert isinstance(body, dict)
         return body
 
@@ -318,6 +325,99 @@ class AsyncClient:
 
     async def revoke_token(self, name: str) -> None:
         await self._json("DELETE", http.token_path(name))
+
+    # Operations: webhooks, ranks' stacks, log search, the audit log
+
+    async def create_webhook(
+        self, url: str, events: list[str], format: str = "json", all_jobs: bool = False
+    ) -> CreatedWebhook:
+        """Register an endpoint for jobs' events (`state`, `terminal`, `checkpoint`, `best`);
+        the secret that signs its deliveries is shown this once."""
+        body = {"url": url, "events": events, "format": format, "all_jobs": all_jobs}
+        answer = await self._json("POST", "/v1/webhooks", json=body, retry=False)
+        return CreatedWebhook.model_validate(answer)
+
+    async def list_webhooks(self) -> list[Webhook]:
+        """Your webhooks (an admin: everyone's), without their secrets."""
+        return http.items(await self._json("GET", "/v1/webhooks"), Webhook)
+
+    async def delete_webhook(self, webhook_id: str) -> None:
+        """Remove a webhook and its deliveries."""
+        await self._json("DELETE", f"/v1/webhooks/{quote(webhook_id, safe='')}")
+
+    async def list_deliveries(
+        self, webhook_id: str, job_id: str | None = None, limit: int = 100
+    ) -> list[WebhookDelivery]:
+        """An endpoint's deliveries, newest first (optionally one job's)."""
+        path = f"/v1/webhooks/{quote(webhook_id, safe='')}/deliveries"
+        answer = await self._json("GET", path, params=http.params(job_id=job_id, limit=limit))
+        return http.items(answer, WebhookDelivery)
+
+    async def redeliver(self, webhook_id: str, delivery_id: str) -> WebhookDelivery:
+        """Send a delivery again (same id and body)."""
+        path = (
+            f"/v1/webhooks/{quote(webhook_id, safe='')}/deliveries/"
+            f"{quote(delivery_id, safe='')}/redeliver"
+        )
+        return WebhookDelivery.model_validate(await self._json("POST", path, retry=False))
+
+    async def request_stacks(self, job_id: str) -> None:
+        """Ask a running job's worker to record every rank's Python stack now."""
+        await self._json("POST", http.job_path(job_id, "stacks"), retry=False)
+
+    async def get_stacks(self, job_id: str) -> Stacks:
+        """The ranks' recorded stacks, newest capture first, with a summary of the latest."""
+        return Stacks.model_validate(await self._json("GET", http.job_path(job_id, "stacks")))
+
+    async def search_job_logs(
+        self,
+        job_id: str,
+        q: str,
+        regex: bool = False,
+        rank: int | None = None,
+        after: int = 0,
+        limit: int = 1000,
+    ) -> LogPage:
+        """One page of a job's lines that contain `q` (or match it, with `regex`)."""
+        query = http.params(q=q, regex="true" if regex else None, rank=rank, after=after)
+        query["limit"] = limit
+        return LogPage.model_validate(
+            await self._json("GET", http.job_path(job_id, "logs"), params=query)
+        )
+
+    async def search_logs(
+        self,
+        q: str,
+        regex: bool = False,
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+        limit: int = 100,
+    ) -> list[FoundLogLine]:
+        """Lines of the caller's jobs (an admin: every job) that match, newest first."""
+        query = http.params(
+            q=q,
+            regex="true" if regex else None,
+            since=since.isoformat() if isinstance(since, datetime) else since,
+            until=until.isoformat() if isinstance(until, datetime) else until,
+            limit=limit,
+        )
+        return http.items(await self._json("GET", "/v1/logs", params=query), FoundLogLine)
+
+    async def list_audit_records(
+        self,
+        owner: str | None = None,
+        kind: str | None = None,
+        since: str | datetime | None = None,
+        limit: int = 100,
+    ) -> list[AuditRecord]:
+        """Admin only: state-changing requests, newest first."""
+        query = http.params(
+            owner=owner,
+            kind=kind,
+            since=since.isoformat() if isinstance(since, datetime) else since,
+            limit=limit,
+        )
+        return http.items(await self._json("GET", "/v1/audit", params=query), AuditRecord)
 
     # Plumbing
 

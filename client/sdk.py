@@ -124,7 +124,7 @@ class Client:
     def dry_run_job(self, spec: JSON) -> dict[str, Any]:
         """What submitting `spec` would launch, nothing stored or started: the executor
         (`rq` or `slurm`), its tasks, and for a Slurm queue the `sbatch_script`."""
-        body = self._json("POST", "/v1/jobs/dry-run", json=spec, retry=True)
+        body = self._json("POST", "/v1/dry-run", json=spec, retry=True)
         assert isinstance(body, dict)
         return body
 

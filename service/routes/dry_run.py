@@ -1,4 +1,4 @@
-"""`POST /v1/jobs/dry-run`: what submitting this spec would launch, without storing it or
+"""`POST /v1/dry-run`: what submitting this spec would launch, without storing it or
 launching anything (`launchbay submit --dry-run`): the executor, its tasks, and for a Slurm
 queue the exact sbatch script."""
 
@@ -13,7 +13,7 @@ from service.executors import slurm_executor_for
 from service.models import Job
 from service.store.lifecycle import new_id
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1", tags=["jobs"])
 
 
 class PlannedTask(BaseModel):

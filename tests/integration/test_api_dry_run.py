@@ -1,4 +1,4 @@
-"""`POST /v1/jobs/dry-run` over a real database and Redis: what would be launched, nothing
+"""`POST /v1/dry-run` over a real database and Redis: what would be launched, nothing
 stored; bad input gets the error body."""
 
 from collections.abc import Iterator
@@ -31,7 +31,7 @@ def slurm_api(slurm_settings: Settings) -> Iterator[TestClient]:
 def test_a_slurm_queue_shows_the_sbatch_script(
     slurm_api: TestClient, slurm_settings: Settings
 ) -> None:
-    response = slurm_api.post("/v1/jobs/dry-run", json={**SPEC, "queue": "hpc", "nnodes": 2})
+    response = slurm_api.post("/v1/dry-run", json={**SPEC, "queue": "hpc", "nnodes": 2})
     assert response.status_code == 200, response.text
     body = response.json()
     assert (body["executor"], body["queue"]) == ("slurm", "hpc")
@@ -44,20 +44,20 @@ def test_a_slurm_queue_shows_the_sbatch_script(
 
 
 def test_an_rq_queue_shows_its_tasks(slurm_api: TestClient, slurm_settings: Settings) -> None:
-    body = slurm_api.post("/v1/jobs/dry-run", json={**SPEC, "nnodes": 2}).json()
+    body = slurm_api.post("/v1/dry-run", json={**SPEC, "nnodes": 2}).json()
     assert body["executor"] == "rq" and body["sbatch_script"] is None
     assert [t["node"] for t in body["tasks"]] == [0, 1]
     assert count_jobs(slurm_settings) == 0
 
 
 def test_bad_specs_and_callers_get_the_error_body(slurm_api: TestClient) -> None:
-    bad = slurm_api.post("/v1/jobs/dry-run", json={**SPEC, "queue": "hpc\n#SBATCH --uid=0"})
+    bad = slurm_api.post("/v1/dry-run", json={**SPEC, "queue": "hpc\n#SBATCH --uid=0"})
     assert bad.status_code == 422 and bad.json()["error"]["code"]
-    unknown = slurm_api.post("/v1/jobs/dry-run", json={**SPEC, "partition": "other"})
+    unknown = slurm_api.post("/v1/dry-run", json={**SPEC, "partition": "other"})
     assert unknown.status_code == 422 and unknown.json()["error"]["code"]
-    nobody = slurm_api.post("/v1/jobs/dry-run", json=SPEC, headers={"Authorization": ""})
+    nobody = slurm_api.post("/v1/dry-run", json=SPEC, headers={"Authorization": ""})
     assert nobody.status_code == 401 and nobody.json()["error"]["code"]
     not_json = slurm_api.post(
-        "/v1/jobs/dry-run", content=b"{", headers={"Content-Type": "application/json"}
+        "/v1/dry-run", content=b"{", headers={"Content-Type": "application/json"}
     )
     assert not_json.status_code in (400, 422) and not_json.json()["error"]["code"]

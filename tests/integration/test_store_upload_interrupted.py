@@ -73,7 +73,6 @@ def test_an_upload_cut_by_the_store_is_retried_and_only_then_registered(
         data_dir=settings.data_dir,
         checkpoint_dir=folder,
         policy=CheckpointPolicy(),
-        settle_s=0.0,
         store=artifacts,
         upload_retry_s=120,
     )

@@ -41,7 +41,6 @@ def register(
         data_dir=data_dir,
         checkpoint_dir=data_dir / "checkpoints" / job_id,
         policy=policy or CheckpointPolicy(keep_last=10),
-        settle_s=0.0,
         store=artifacts,
         upload_retry_s=5,
     )

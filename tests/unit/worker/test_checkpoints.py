@@ -4,6 +4,7 @@ import io
 import os
 import sys
 import zipfile
+from concurrent.futures import wait
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from jobs.spec import CheckpointPolicy
 from jobs.states import AttemptRef
 from service.models import Checkpoint
+from worker.checkpoint_upload import Stored
 from worker.checkpoints import (
     CheckpointRegistrar,
     CheckpointRejected,
@@ -106,8 +108,13 @@ class RecordingRegistrar(CheckpointRegistrar):
         )
         self.written: list[tuple[str, int | None, str]] = []
 
-    def _register(self, pending: _Pending, digest: str) -> None:
-        self.written.append((pending.path.name, pending.event.step, digest))
+    def _register(self, pending: _Pending, stored: Stored) -> None:
+        self.written.append((pending.path.name, pending.event.step, stored.sha256))
+
+    def stored(self) -> None:
+        """Wait for the uploads under way, then register what they stored (the next poll)."""
+        wait([p.upload for p in self.pending.values() if p.upload is not None])
+        self.poll()
 
     def _apply_retention(self) -> None:
         pass
@@ -118,10 +125,13 @@ def report(name: str, step: int) -> CheckpointEvent:
 
 
 def test_a_reported_checkpoint_is_registered_on_its_line(tmp_path: Path) -> None:
-    """Its line is written once the file is complete: no waiting for a later poll."""
+    """Its line is written once the file is complete: it is stored at once, with no settle
+    time, and registered as soon as it is stored."""
     registrar = RecordingRegistrar(tmp_path)
     (registrar.checkpoint_dir / "step-1.pt").write_bytes(zip_bytes())
     registrar.add(report("step-1.pt", 1))
+    assert all(p.upload is not None for p in registrar.pending.values())
+    registrar.stored()
     assert [(name, step) for name, step, _ in registrar.written] == [("step-1.pt", 1)]
     assert registrar.registered == 1 and not registrar.pending
 
@@ -139,9 +149,11 @@ def test_a_checkpoint_still_open_for_writing_waits_and_is_refused_if_it_changed(
         registrar.add(report("held.pt", 2))
         registrar.poll()
         assert registrar.written == [] and len(registrar.pending) == 2
+        assert all(p.upload is None for p in registrar.pending.values())
         writer.write(b"more")
     assert not open_for_writing(growing)
     registrar.poll()  # both closed: held.pt is as reported, growing.pt is not
+    registrar.stored()
     assert [name for name, _, _ in registrar.written] == ["held.pt"]
     assert registrar.rejected == 1 and not registrar.pending
 
