@@ -101,8 +101,10 @@ def run_node(job_id: str, attempt: int, environ: dict[str, str]) -> int:
     result = run_taken(services, taken, leave_shutdown=True)
     if shutdown_requested():
         return 143
-    succeeded = result.outcome is not None and result.outcome.state is JobState.SUCCEEDED
-    return 0 if succeeded else 1
+    # Slurm's record says what sacct users expect: a job that failed failed; one cancelled
+    # through Launchbay (stopped by its supervisor before any scancel) ended as asked.
+    ended = result.outcome.state if result.outcome is not None else None
+    return 0 if ended in (JobState.SUCCEEDED, JobState.CANCELLED) else 1
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -78,13 +78,15 @@ def main() -> None:
         engine.backward(loss)
         engine.step()
         step += 1
+        metrics = {"loss": loss.item()}
         if engine.global_rank == 0:
-            write_line({"type": "metric", "step": step, "loss": loss.item()})
+            write_line({"type": "metric", "step": step, "epoch": 0, "metrics": metrics})
         if step % args.save_every == 0:
             tag = f"global_step{step}"
             engine.save_checkpoint(str(save_dir), tag=tag, client_state={"step": step})
             if engine.global_rank == 0:  # every rank's shards are written: the dir is complete
-                write_line({"type": "checkpoint", "path": tag, "step": step})
+                line = {"type": "checkpoint", "path": tag, "step": step, "epoch": 0}
+                write_line({**line, "metrics": metrics})
         if step == args.fail_at_step and not resume:
             raise SystemExit(f"failing on purpose at step {step}")
 

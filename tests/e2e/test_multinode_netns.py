@@ -76,6 +76,7 @@ def network() -> Iterator[netns.Network]:
     assert not netns.leftovers(), "namespaces or links left behind"
 
 
+@pytest.mark.alone
 def test_a_lost_node_resumes_on_another_host_from_the_store(
     tmp_path: Path, network: netns.Network, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

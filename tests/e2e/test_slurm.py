@@ -26,7 +26,7 @@ from tests.support.services import private_redis
 from tests.support.slurm import PARTITION, URGENT_PARTITION, SlurmCluster, unavailable
 from tests.support.stack import LAUNCHBAY, Stack
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.alone]
 
 QUEUE = "hpc"
 GRACE_S = 3  # LAUNCHBAY_CANCEL_GRACE_S of every Stack

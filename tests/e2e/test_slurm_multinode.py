@@ -26,7 +26,7 @@ from tests.support.procs import job_processes, wait_until
 from tests.support.services import private_redis
 from tests.support.slurm import PARTITION, SlurmCluster, SlurmNode, unavailable
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.alone]
 
 QUEUE = "hpc"
 
