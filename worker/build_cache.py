@@ -92,14 +92,17 @@ def _copy_tree(source: Path, target: Path) -> None:
         elif stat.S_ISDIR(mode):
             _copy_tree(Path(entry.path), target / entry.name)
         elif stat.S_ISREG(mode):
-            _copy_file(Path(entry.path), target / entry.name, mode)
+            _copy_file(Path(entry.path), target / entry.name, entry.stat(follow_symlinks=False))
 
 
-def _copy_file(source: Path, target: Path, mode: int) -> None:
+def _copy_file(source: Path, target: Path, info: os.stat_result) -> None:
+    """A copy with the source's times: ninja, which torch runs for every load, rebuilds an
+    extension whose files' times do not match its build log."""
     fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
     with os.fdopen(fd, "rb") as reader, open(target, "wb") as writer:
         shutil.copyfileobj(reader, writer, 1024 * 1024)
-    os.chmod(target, stat.S_IMODE(mode) & 0o755)
+    os.chmod(target, stat.S_IMODE(info.st_mode) & 0o755)
+    os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
 
 
 def _tree_bytes(root: Path) -> int:

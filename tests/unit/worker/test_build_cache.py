@@ -82,3 +82,13 @@ def test_under_a_job_user_torch_builds_in_the_runs_home_unless_the_job_says(tmp_
     assert build_cache.env(home, {}) == {"TORCH_EXTENSIONS_DIR": str(home / RELATIVE)}
     mine = {"TORCH_EXTENSIONS_DIR": "/scratch/mine"}
     assert build_cache.env(home, mine) == mine
+
+
+def test_a_build_keeps_its_times_so_ninja_finds_it_up_to_date(tmp_path: Path) -> None:
+    data, first, second = tmp_path / "data", tmp_path / "h1", tmp_path / "h2"
+    so = built(first) / "deepspeed_shm_comm.so"
+    os.utime(so, ns=(1_000_000_000, 1_700_000_000_123_456_789))
+    build_cache.save(data, "alice", first)
+    build_cache.restore(data, "alice", second)
+    copied = second / RELATIVE / "deepspeed_shm_comm" / "deepspeed_shm_comm.so"
+    assert copied.stat().st_mtime_ns == 1_700_000_000_123_456_789
