@@ -24,16 +24,25 @@ enqueues. An attempt enqueued twice is harmless: a worker takes it only by movin
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from redis import Redis
+from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import col
 
 from jobs.states import ACTIVE_STATES, ExitReason, JobState, NodeState
 from service.db import session_scope
-from service.executor import Executor, ExecutorUnavailable, lost_tasks, submit_retry
+from service.executor import (
+    Executor,
+    ExecutorUnavailable,
+    TaskStatus,
+    lost_tasks,
+    submit_retry,
+)
 from service.models import Job, utcnow
 from service.retention import prune_outputs
 from service.settings import Settings
@@ -117,6 +126,8 @@ def reap_ended_tasks(
         if cancelling and any(t.live for t in tasks):
             executor.cancel(job)
             continue
+        if job.state == JobState.QUEUED:
+            note_slurm_pending(engine, job, tasks)
         ended = next((t.ended for t in tasks if t.ended is not None), None)
         if ended is None or any(t.live for t in tasks):
             continue
@@ -135,6 +146,26 @@ def reap_ended_tasks(
         log.warning("job %s attempt %d: %s", job.id, job.attempt, ended.message)
         report.add(end.retried or job_now(engine, job.id), end.retried is not None)
         submit_retry(executor, end)
+
+
+def note_slurm_pending(engine: Engine, job: Job, tasks: Sequence[TaskStatus]) -> None:
+    """A queued Slurm job's `pending_reason`: Slurm's own (squeue's REASON, e.g. `Resources`,
+    `Priority`), while the job is still queued at this attempt."""
+    reason = next((t.pending_reason for t in tasks if t.pending_reason), None)
+    text = f"Slurm: {reason}" if reason else None
+    if text == job.pending_reason:
+        return
+    with session_scope(engine) as session:
+        session.execute(
+            update(Job)
+            .where(
+                col(Job.id) == job.id,
+                col(Job.attempt) == job.attempt,
+                col(Job.state) == JobState.QUEUED,
+            )
+            .values(pending_reason=text)
+        )
+        session.commit()
 
 
 def reap_lost_jobs(

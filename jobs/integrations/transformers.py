@@ -5,10 +5,10 @@ resume_from_checkpoint())``.
 - Every dict Trainer logs (loss, learning_rate, grad_norm, eval_*) becomes a metric line at
   `state.global_step`; Trainer's float epoch (2.5) gives the line its whole part and stays
   exact as the metric `epoch`.
-- Each checkpoint Trainer saves (``<output_dir>/checkpoint-<step>/``) is registered: with
-  `output_dir` set to LAUNCHBAY_CHECKPOINT_DIR (`checkpoint_dir()`), its weights file
-  (``model.safetensors``, or ``pytorch_model.bin``) is the registered checkpoint, and the
-  directory beside it is what a retried attempt resumes from.
+- Each checkpoint Trainer saves (``<output_dir>/checkpoint-<step>/``) is registered whole, as
+  a directory checkpoint (weights, trainer state, and optimizer when Trainer saves it), with
+  `output_dir` set to LAUNCHBAY_CHECKPOINT_DIR (`checkpoint_dir()`): a retried attempt, on
+  this worker or another, resumes from that directory.
 - When training ends, every rank says it finished its work, so a rank that torch + gloo abort
   at interpreter exit does not fail the job (as on leaving `distributed()`).
 
@@ -63,11 +63,10 @@ class LaunchbayCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        weights = next((folder / n for n in WEIGHTS if (folder / n).is_file()), None)
-        if weights is None:
+        if not any((folder / n).is_file() for n in WEIGHTS):
             return
         try:
-            relative = weights.resolve().relative_to(env.checkpoint_dir().resolve())
+            relative = folder.resolve().relative_to(env.checkpoint_dir().resolve())
         except ValueError:
             return  # saved outside the job's checkpoint directory: not Launchbay's to keep
         epoch = int(state.epoch) if state.epoch is not None else None

@@ -88,9 +88,13 @@ def test_trainer_callback_reports_registers_and_resumes(sqlite_stack: Stack) -> 
 
         checkpoints = http.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
         assert [(c["step"], c["attempt"]) for c in checkpoints] == [(4, 1), (8, 2)]
-        assert checkpoints[-1]["path"].endswith("checkpoint-8/model.safetensors")
+        assert checkpoints[-1]["path"].endswith("checkpoint-8")
+        assert checkpoints[-1]["kind"] == "dir"
         download = http.get(f"/v1/jobs/{job_id}/checkpoints/latest/download")
-        assert download.status_code == 200 and len(download.content) > 10_000
+        assert download.status_code == 200
+        with tarfile.open(fileobj=io.BytesIO(download.content)) as tar:
+            names = {Path(n).name for n in tar.getnames()}
+        assert {"model.safetensors", "trainer_state.json"} <= names
     assert wait_until(lambda: job_processes(job_id) == [], timeout=10)
 
 

@@ -24,9 +24,10 @@ from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
 from service import store
 from service.db import make_engine, session_scope
+from service.executor import TaskStatus
 from service.models import Job, JobEvent, utcnow
 from service.queue import RQExecutor, enqueue_attempt, rq_job_id
-from service.reaper import ReapReport, reap_once
+from service.reaper import ReapReport, note_slurm_pending, reap_once
 from service.settings import Settings
 
 LAUNCHBAY = str(Path(sys.executable).parent / "launchbay")
@@ -254,3 +255,19 @@ def test_launchbay_reaper_once(env: Env) -> None:
     assert done.returncode == 0, done.stderr.decode()
     job = env.get(job_id)
     assert (job.state, job.exit_reason) == ("failed", "worker_lost")
+
+
+def test_a_queued_slurm_job_says_why_slurm_keeps_it_waiting(env: Env) -> None:
+    """Slurm's reason (squeue's REASON) becomes the job's pending_reason while it is queued;
+    a job no longer queued keeps none."""
+    with session_scope(env.engine) as session:
+        queued = store.create_job(session, JobSpec(name="waits", recipe="synthetic")).id
+    running = env.job()
+
+    for job_id in (queued, running):  # as SlurmExecutor.describe tells a PENDING allocation
+        pending = [TaskStatus(job_id, live=True, pending_reason="Resources")]
+        note_slurm_pending(env.engine, env.get(job_id), pending)
+    assert env.get(queued).pending_reason == "Slurm: Resources"
+    assert env.get(running).pending_reason is None
+    note_slurm_pending(env.engine, env.get(queued), [TaskStatus(queued, live=True)])
+    assert env.get(queued).pending_reason is None
