@@ -151,14 +151,20 @@ def test_a_lost_node_resumes_on_another_host_from_the_store(
                 nodes = lb.list_nodes(job.id)
                 [first] = [n for n in nodes if n.node == 0 and n.attempt == 1]
                 [second] = [n for n in nodes if n.node == 1 and n.attempt == 1]
-                lost = "a" if first.host == hosts["a"].address else "b"
+                assert {first.host, second.host} == {hosts["a"].address, hosts["b"].address}
+                # Only rank 0's disk holds the checkpoints it wrote: the node torchrun's c10d
+                # rendezvous gave rank 0 (the first to join), node 0 or node 1.
+                holding = [
+                    name
+                    for name in ("a", "b")
+                    if (worker_dirs[name] / "checkpoints" / job.id / "step-3").is_dir()
+                ]
+                assert len(holding) == 1, holding
+                [lost] = holding
                 survivor = "b" if lost == "a" else "a"
-                assert second.host == hosts[survivor].address
-                # Only node 0's disk holds the checkpoints its rank 0 wrote.
-                assert (worker_dirs[lost] / "checkpoints" / job.id / "step-3").is_dir()
-                assert not (worker_dirs[survivor] / "checkpoints" / job.id / "step-3").exists()
+                [kept] = [n for n in (first, second) if n.host == hosts[survivor].address]
 
-                # Node 0's host dies; a new host with an empty disk comes up in its place.
+                # Rank 0's host dies; a new host with an empty disk comes up in its place.
                 kill_host(_netns_of(pids[lost]) or "")
                 start_worker("c")
                 killed_s = time.monotonic() - started
@@ -174,7 +180,7 @@ def test_a_lost_node_resumes_on_another_host_from_the_store(
                 retry = [n for n in lb.list_nodes(job.id) if n.attempt == 2]
                 assert sorted(n.node for n in retry) == [0, 1], retry
                 assert {n.host for n in retry} == addresses, retry
-                assert len({n.worker for n in retry}) == 2 and second.worker in {
+                assert len({n.worker for n in retry}) == 2 and kept.worker in {
                     n.worker for n in retry
                 }
                 assert {n.state for n in retry} == {"succeeded"}, retry
