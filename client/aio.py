@@ -10,21 +10,16 @@ return types; the iterators (`iter_metrics`, `iter_logs`, `stream_events`) are a
 The same retry rules and errors apply (see `client.sdk`).
 """
 
-import asyncio
 import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, Self
-from urllib.parse import quote
+from typing import Any, Self
 
 import httpx
 
-from client import http
-from client.errors import ConnectionFailed, WaitTimeout, api_error_from_response
+from client import calls, http
 from client.models import (
     AuditRecord,
     Checkpoint,
@@ -49,12 +44,13 @@ from client.models import (
     WebhookDelivery,
     Worker,
 )
-from client.sse import SSEParser
+from client.retrying import Download
+from client.transport import AsyncTransport
 
 JSON = http.JSON
 
 
-class AsyncClient:
+class AsyncClient(AsyncTransport):
     """An asynchronous connection to one Launchbay API; `async with` it or `await aclose()`."""
 
     def __init__(
@@ -96,19 +92,13 @@ class AsyncClient:
     # Jobs
 
     async def submit_job(self, spec: JSON, idempotency_key: str | None = None) -> Job:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        body = await self._json(
-            "POST", "/v1/jobs", json=spec, headers=headers, retry=idempotency_key is not None
-        )
-        return Job.model_validate(body)
+        return await self._call(calls.submit_job(spec, idempotency_key))
 
     async def dry_run_job(self, spec: JSON) -> dict[str, Any]:
-        body = await self._json("POST", "/v1/dry-run", json=spec, retry=True)
-        assert isinstance(body, dict)
-        return body
+        return await self._call(calls.dry_run_job(spec))
 
     async def get_job(self, job_id: str) -> Job:
-        return Job.model_validate(await self._json("GET", http.job_path(job_id)))
+        return await self._call(calls.get_job(job_id))
 
     async def list_jobs(
         self,
@@ -120,30 +110,20 @@ class AsyncClient:
         tag: str | None = None,
         owner: str | None = None,
     ) -> JobPage:
-        query = http.params(
-            state=state, limit=limit, offset=offset, name=name, tag=tag, owner=owner
+        return await self._call(
+            calls.list_jobs(state, limit, offset, name=name, tag=tag, owner=owner)
         )
-        return JobPage.model_validate(await self._json("GET", "/v1/jobs", params=query))
 
     async def cancel_job(self, job_id: str) -> Job:
-        body = await self._json("POST", http.job_path(job_id, "cancel"), retry=False)
-        return Job.model_validate(body)
+        return await self._call(calls.cancel_job(job_id))
 
     async def delete_job(self, job_id: str) -> None:
-        await self._json("DELETE", http.job_path(job_id))
+        await self._call(calls.delete_job(job_id))
 
     async def wait_for_job(
         self, job_id: str, timeout: float | None = None, poll_s: float = 1.0
     ) -> Job:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            job = await self.get_job(job_id)
-            if job.is_terminal():
-                return job
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise WaitTimeout(job_id, job.state, timeout or 0.0)
-            await asyncio.sleep(poll_s if left is None else min(poll_s, left))
+        return await self._wait_for(job_id, timeout, poll_s)
 
     # What a job produces
 
@@ -155,9 +135,7 @@ class AsyncClient:
         limit: int = 1000,
         max_points: int | None = None,
     ) -> MetricPage:
-        query = http.params(name=name, after=after, limit=limit, max_points=max_points)
-        body = await self._json("GET", http.job_path(job_id, "metrics"), params=query)
-        return MetricPage.model_validate(body)
+        return await self._call(calls.list_metrics(job_id, name, after, limit, max_points))
 
     def iter_metrics(
         self, job_id: str, name: str | None = None, after: int = 0, page_size: int = 1000
@@ -174,11 +152,7 @@ class AsyncClient:
         order: str | None = None,
         before: int | None = None,
     ) -> LogPage:
-        query = http.params(
-            rank=rank, node=node, after=after, limit=limit, order=order, before=before
-        )
-        body = await self._json("GET", http.job_path(job_id, "logs"), params=query)
-        return LogPage.model_validate(body)
+        return await self._call(calls.list_logs(job_id, rank, after, limit, node, order, before))
 
     def iter_logs(
         self,
@@ -191,48 +165,17 @@ class AsyncClient:
         return _pages(lambda a: self.list_logs(job_id, rank, a, page_size, node), after, page_size)
 
     async def list_nodes(self, job_id: str) -> list[Node]:
-        return http.items(await self._json("GET", http.job_path(job_id, "nodes")), Node)
+        return await self._call(calls.list_nodes(job_id))
 
     async def stream_events(
         self, job_id: str, last_event_id: str | None = None
     ) -> AsyncIterator[Event]:
         """As `Client.stream_events`: resumes with Last-Event-ID, ends with the job."""
-        parser = SSEParser(last_event_id=last_event_id)
-        path = http.job_path(job_id, "events")
-        outage = http.Outage(self.retries, self.reconnect_s)
-        while True:
-            seen = parser.last_event_id
-            try:
-                headers = http.event_headers(parser.last_event_id)
-                async with self._stream("GET", path, headers=headers) as response:
-                    parser.reset()  # a new connection: forget a half-read event
-                    async for line in response.aiter_lines():
-                        event = parser.feed(line)
-                        if event is None:
-                            continue
-                        outage.ended()
-                        if http.is_repeat(event.id, seen):
-                            continue
-                        seen = event.id
-                        yield event
-                        if event.is_terminal:
-                            return
-                if (await self.get_job(job_id)).is_terminal():
-                    return
-            except httpx.ReadTimeout:
-                continue
-            except (httpx.TransportError, ConnectionFailed) as exc:
-                if outage.failed():
-                    if isinstance(exc, ConnectionFailed):
-                        raise
-                    raise ConnectionFailed(self.api_url, http.describe(exc)) from exc
-                await self._backoff(outage.failures - 1, parser.retry_ms)
-                continue
-            await self._backoff(0, parser.retry_ms or 1000)
+        async for event in self._follow(job_id, last_event_id):
+            yield event
 
     async def list_checkpoints(self, job_id: str) -> list[Checkpoint]:
-        body = await self._json("GET", http.job_path(job_id, "checkpoints"))
-        return http.items(body, Checkpoint)
+        return await self._call(calls.list_checkpoints(job_id))
 
     async def download_checkpoint(
         self,
@@ -244,87 +187,49 @@ class AsyncClient:
     ) -> Path:
         """As `Client.download_checkpoint`: resumes with Range, follows a redirect to the
         object store, checks the sha256 (a directory checkpoint is saved as its tar)."""
-        target = http.download_target(job_id, ref, path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        part = http.part_of(target)
-        url = http.job_path(job_id, "checkpoints", ref, "download")
-        hasher = http.sha256_of(part)
-        etag: str | None = None
-        failures = 0
-        while True:
-            offset = part.stat().st_size if part.exists() else 0
-            headers = http.resume_headers(offset, etag)
-            try:
-                async with self._download_stream(url, headers) as (response, announced):
-                    if not http.continues(response, offset):
-                        part.unlink(missing_ok=True)
-                        hasher, offset = http.sha256_of(part), 0
-                        if response.status_code != 200:
-                            continue
-                    etag = announced or etag
-                    total = http.total_size(response, offset)
-                    with part.open("ab") as out:
-                        async for chunk in response.aiter_bytes():
-                            out.write(chunk)
-                            hasher.update(chunk)
-                            offset += len(chunk)
-                            failures = 0
-                            if progress:
-                                progress(offset, total)
-                break
-            except httpx.TransportError as exc:
-                failures += 1
-                if failures > self.retries:
-                    raise ConnectionFailed(self.api_url, http.describe(exc)) from exc
-                await self._backoff(failures - 1)
-        return http.finish_download(part, target, hasher, etag)
+        return await self._download(
+            Download(job_id, ref, path, self.retries, self.api_url), progress
+        )
 
     # Code, recipes, workers, service
 
     async def upload_code(self, path: str | os.PathLike[str]) -> UploadedCode:
         file = Path(path)
-        with file.open("rb") as fh:
-            files: dict[str, tuple[str, BinaryIO, str]] = {
-                "file": (file.name, fh, "application/octet-stream")
-            }
-            body = await self._json("POST", "/v1/code", files=files, retry=False)
-        return UploadedCode.model_validate(body)
+        with file.open("rb") as content:
+            return await self._call(calls.upload_code(file.name, content))
 
     async def list_recipes(self) -> list[Recipe]:
-        return http.items(await self._json("GET", "/v1/recipes"), Recipe)
+        return await self._call(calls.list_recipes())
 
     async def list_workers(self) -> list[Worker]:
-        return http.items(await self._json("GET", "/v1/workers"), Worker)
+        return await self._call(calls.list_workers())
 
     async def get_queue(self) -> Queue:
-        return Queue.model_validate(await self._json("GET", "/v1/queue"))
+        return await self._call(calls.get_queue())
 
     async def get_usage(
         self, owner: str | None = None, since: str | datetime | None = None
     ) -> Usage:
-        params = http.usage_params(owner, since)
-        return Usage.model_validate(await self._json("GET", "/v1/usage", params=params))
+        return await self._call(calls.get_usage(owner, since))
 
     async def get_health(self) -> JSON:
-        return dict(await self._json("GET", "/v1/health"))
+        return await self._call(calls.get_health())
 
     async def get_readiness(self) -> JSON:
-        return dict(await self._json("GET", "/v1/ready", retry=False))
+        return await self._call(calls.get_readiness())
 
     # Tokens (admin only)
 
     async def create_token(
         self, name: str, role: str = "user", expires_at: str | datetime | None = None
     ) -> CreatedToken:
-        body = http.token_body(name, role, expires_at)
-        answer = await self._json("POST", "/v1/tokens", json=body, retry=False)
-        return CreatedToken.model_validate(answer)
+        return await self._call(calls.create_token(name, role, expires_at))
 
     async def list_tokens(self) -> list[Token]:
-        return http.items(await self._json("GET", "/v1/tokens"), Token)
+        return await self._call(calls.list_tokens())
 
     async def revoke_token(self, name: str) -> None:
-        await self._json("DELETE", http.token_path(name))
+        await self._call(calls.revoke_token(name))
 
     # Operations: webhooks, ranks' stacks, log search, the audit log
 
@@ -333,41 +238,33 @@ class AsyncClient:
     ) -> CreatedWebhook:
         """Register an endpoint for jobs' events (`state`, `terminal`, `checkpoint`, `best`);
         the secret that signs its deliveries is shown this once."""
-        body = {"url": url, "events": events, "format": format, "all_jobs": all_jobs}
-        answer = await self._json("POST", "/v1/webhooks", json=body, retry=False)
-        return CreatedWebhook.model_validate(answer)
+        return await self._call(calls.create_webhook(url, events, format, all_jobs))
 
     async def list_webhooks(self) -> list[Webhook]:
         """Your webhooks (an admin: everyone's), without their secrets."""
-        return http.items(await self._json("GET", "/v1/webhooks"), Webhook)
+        return await self._call(calls.list_webhooks())
 
     async def delete_webhook(self, webhook_id: str) -> None:
         """Remove a webhook and its deliveries."""
-        await self._json("DELETE", f"/v1/webhooks/{quote(webhook_id, safe='')}")
+        await self._call(calls.delete_webhook(webhook_id))
 
     async def list_deliveries(
         self, webhook_id: str, job_id: str | None = None, limit: int = 100
     ) -> list[WebhookDelivery]:
         """An endpoint's deliveries, newest first (optionally one job's)."""
-        path = f"/v1/webhooks/{quote(webhook_id, safe='')}/deliveries"
-        answer = await self._json("GET", path, params=http.params(job_id=job_id, limit=limit))
-        return http.items(answer, WebhookDelivery)
+        return await self._call(calls.list_deliveries(webhook_id, job_id, limit))
 
     async def redeliver(self, webhook_id: str, delivery_id: str) -> WebhookDelivery:
         """Send a delivery again (same id and body)."""
-        path = (
-            f"/v1/webhooks/{quote(webhook_id, safe='')}/deliveries/"
-            f"{quote(delivery_id, safe='')}/redeliver"
-        )
-        return WebhookDelivery.model_validate(await self._json("POST", path, retry=False))
+        return await self._call(calls.redeliver(webhook_id, delivery_id))
 
     async def request_stacks(self, job_id: str) -> None:
         """Ask a running job's worker to record every rank's Python stack now."""
-        await self._json("POST", http.job_path(job_id, "stacks"), retry=False)
+        await self._call(calls.request_stacks(job_id))
 
     async def get_stacks(self, job_id: str) -> Stacks:
         """The ranks' recorded stacks, newest capture first, with a summary of the latest."""
-        return Stacks.model_validate(await self._json("GET", http.job_path(job_id, "stacks")))
+        return await self._call(calls.get_stacks(job_id))
 
     async def search_job_logs(
         self,
@@ -379,11 +276,7 @@ class AsyncClient:
         limit: int = 1000,
     ) -> LogPage:
         """One page of a job's lines that contain `q` (or match it, with `regex`)."""
-        query = http.params(q=q, regex="true" if regex else None, rank=rank, after=after)
-        query["limit"] = limit
-        return LogPage.model_validate(
-            await self._json("GET", http.job_path(job_id, "logs"), params=query)
-        )
+        return await self._call(calls.search_job_logs(job_id, q, regex, rank, after, limit))
 
     async def search_logs(
         self,
@@ -394,14 +287,7 @@ class AsyncClient:
         limit: int = 100,
     ) -> list[FoundLogLine]:
         """Lines of the caller's jobs (an admin: every job) that match, newest first."""
-        query = http.params(
-            q=q,
-            regex="true" if regex else None,
-            since=since.isoformat() if isinstance(since, datetime) else since,
-            until=until.isoformat() if isinstance(until, datetime) else until,
-            limit=limit,
-        )
-        return http.items(await self._json("GET", "/v1/logs", params=query), FoundLogLine)
+        return await self._call(calls.search_logs(q, regex, since, until, limit))
 
     async def list_audit_records(
         self,
@@ -411,93 +297,7 @@ class AsyncClient:
         limit: int = 100,
     ) -> list[AuditRecord]:
         """Admin only: state-changing requests, newest first."""
-        query = http.params(
-            owner=owner,
-            kind=kind,
-            since=since.isoformat() if isinstance(since, datetime) else since,
-            limit=limit,
-        )
-        return http.items(await self._json("GET", "/v1/audit", params=query), AuditRecord)
-
-    # Plumbing
-
-    async def _json(
-        self, method: str, path: str, *, retry: bool | None = None, **kwargs: Any
-    ) -> Any:
-        response = await self._send(method, path, retry=retry, **kwargs)
-        if response.status_code == 204 or not response.content:
-            return None
-        return response.json()
-
-    @asynccontextmanager
-    async def _download_stream(
-        self, url: str, headers: dict[str, str]
-    ) -> AsyncIterator[tuple[httpx.Response, str | None]]:
-        """As `Client._download_stream`: a 307 to the object store is followed, tokenless."""
-        async with self._stream("GET", url, headers=headers, ok=(416,)) as response:
-            etag = response.headers.get("ETag")
-            location = response.headers.get("Location")
-            if response.status_code != 307 or not location:
-                yield response, etag
-                return
-        store_headers = {k: v for k, v in headers.items() if k.lower() != "if-range"}
-        async with httpx.AsyncClient(timeout=self._http.timeout) as plain:
-            async with plain.stream("GET", location, headers=store_headers) as redirected:
-                if redirected.is_error and redirected.status_code != 416:
-                    await redirected.aread()
-                    raise api_error_from_response(redirected)
-                yield redirected, etag
-
-    @asynccontextmanager
-    async def _stream(
-        self, method: str, path: str, *, ok: tuple[int, ...] = (), **kwargs: Any
-    ) -> AsyncIterator[httpx.Response]:
-        response = await self._send(method, path, stream=True, ok=ok, **kwargs)
-        try:
-            yield response
-        finally:
-            await response.aclose()
-
-    async def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        retry: bool | None = None,
-        stream: bool = False,
-        ok: tuple[int, ...] = (),
-        **kwargs: Any,
-    ) -> httpx.Response:
-        if retry is None:
-            retry = method in http.IDEMPOTENT_METHODS
-        attempt = 0
-        while True:
-            try:
-                request = self._http.build_request(method, path, **kwargs)
-                response = await self._http.send(request, stream=stream)
-            except httpx.TransportError as exc:
-                if not retry or attempt >= self.retries:
-                    raise ConnectionFailed(self.api_url, http.describe(exc)) from exc
-                await self._backoff(attempt)
-                attempt += 1
-                continue
-            if response.status_code == 503 and retry and attempt < self.retries:
-                await response.aclose()
-                await self._backoff(attempt, http.retry_after_ms(response))
-                attempt += 1
-                continue
-            if response.is_error and response.status_code not in ok:
-                try:
-                    await response.aread()
-                finally:
-                    await response.aclose()
-                raise api_error_from_response(response)
-            return response
-
-    async def _backoff(self, attempt: int, server_ms: int | None = None) -> None:
-        delay = http.backoff_delay(self.backoff_s, attempt, server_ms)
-        if delay > 0:
-            await asyncio.sleep(delay)
+        return await self._call(calls.list_audit_records(owner, kind, since, limit))
 
 
 async def _pages(

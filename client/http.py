@@ -16,7 +16,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel
 
-from client.errors import ChecksumMismatch
+from client.errors import ChecksumMismatch, WaitTimeout
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 MAX_BACKOFF_S = 10.0
@@ -128,6 +128,24 @@ def event_headers(last_event_id: str | None) -> dict[str, str]:
     if last_event_id is not None:
         headers["Last-Event-ID"] = last_event_id
     return headers
+
+
+def json_body(response: httpx.Response) -> Any:
+    """An answer's JSON body; None when it has none (204)."""
+    if response.status_code == 204 or not response.content:
+        return None
+    return response.json()
+
+
+def poll_wait(
+    job_id: str, state: str, timeout: float | None, deadline: float | None, poll_s: float
+) -> float:
+    """How long `wait_for_job` waits before it asks again (`deadline`, on the monotonic clock,
+    is `timeout` seconds after it began); WaitTimeout once the deadline has passed."""
+    left = None if deadline is None else deadline - time.monotonic()
+    if left is not None and left <= 0:
+        raise WaitTimeout(job_id, state, timeout or 0.0)
+    return poll_s if left is None else min(poll_s, left)
 
 
 def describe(exc: httpx.TransportError) -> str:

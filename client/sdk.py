@@ -26,19 +26,15 @@ once, since a retry could do its work twice.
 """
 
 import os
-import time
 from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, Self, TypeVar
-from urllib.parse import quote
+from typing import Any, Self
 
 import httpx
 
-from client import http
-from client.errors import ConnectionFailed, WaitTimeout, api_error_from_response
+from client import calls, http
 from client.models import (
     AuditRecord,
     Checkpoint,
@@ -63,15 +59,15 @@ from client.models import (
     WebhookDelivery,
     Worker,
 )
-from client.sse import SSEParser
-from client.unpack import unpack_checkpoint
+from client.retrying import Download
+from client.transport import SyncTransport
+from client.unpack import unpack_if_directory
 
 JSON = http.JSON
 ProgressCallback = http.ProgressCallback
-T = TypeVar("T")
 
 
-class Client:
+class Client(SyncTransport):
     """A connection to one Launchbay API; use it as a context manager or call `close()`."""
 
     def __init__(
@@ -115,22 +111,16 @@ class Client:
 
     def submit_job(self, spec: JSON, idempotency_key: str | None = None) -> Job:
         """Create a job (201), or get back the one made with the same key and body (200)."""
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        body = self._json(
-            "POST", "/v1/jobs", json=spec, headers=headers, retry=idempotency_key is not None
-        )
-        return Job.model_validate(body)
+        return self._call(calls.submit_job(spec, idempotency_key))
 
     def dry_run_job(self, spec: JSON) -> dict[str, Any]:
         """What submitting `spec` would launch, nothing stored or started: the executor
         (`rq` or `slurm`), its tasks, and for a Slurm queue the `sbatch_script`."""
-        body = self._json("POST", "/v1/dry-run", json=spec, retry=True)
-        assert isinstance(body, dict)
-        return body
+        return self._call(calls.dry_run_job(spec))
 
     def get_job(self, job_id: str) -> Job:
         """The job as it is now (NotFound for an unknown id, or another owner's job)."""
-        return Job.model_validate(self._json("GET", http.job_path(job_id)))
+        return self._call(calls.get_job(job_id))
 
     def list_jobs(
         self,
@@ -143,33 +133,21 @@ class Client:
         owner: str | None = None,
     ) -> JobPage:
         """One page of jobs, newest first. `tag` is `key=value`; `owner` needs an admin token."""
-        query = http.params(
-            state=state, limit=limit, offset=offset, name=name, tag=tag, owner=owner
-        )
-        return JobPage.model_validate(self._json("GET", "/v1/jobs", params=query))
+        return self._call(calls.list_jobs(state, limit, offset, name=name, tag=tag, owner=owner))
 
     def cancel_job(self, job_id: str) -> Job:
         """Ask a job to stop: a queued one is `cancelled` at once, a running one `cancelling`."""
-        body = self._json("POST", http.job_path(job_id, "cancel"), retry=False)
-        return Job.model_validate(body)
+        return self._call(calls.cancel_job(job_id))
 
     def delete_job(self, job_id: str) -> None:
         """Delete a finished job and its files (409 while it is not terminal)."""
-        self._json("DELETE", http.job_path(job_id))
+        self._call(calls.delete_job(job_id))
 
     def wait_for_job(self, job_id: str, timeout: float | None = None, poll_s: float = 1.0) -> Job:
         """Poll until the job is `succeeded`, `failed` or `cancelled`, and return it.
 
         Raises WaitTimeout (also a TimeoutError) after `timeout` seconds."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            job = self.get_job(job_id)
-            if job.is_terminal():
-                return job
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise WaitTimeout(job_id, job.state, timeout or 0.0)
-            time.sleep(poll_s if left is None else min(poll_s, left))
+        return self._wait_for(job_id, timeout, poll_s)
 
     # What a job produces
 
@@ -186,10 +164,7 @@ class Client:
         With `max_points`, the whole series instead, at most that many points per name
         (downsampled on the server, each bucket's smallest and largest point kept), and
         `next_after` the job's seq when read: follow `stream_events` from there."""
-        query = http.params(name=name, after=after, limit=limit, max_points=max_points)
-        return MetricPage.model_validate(
-            self._json("GET", http.job_path(job_id, "metrics"), params=query)
-        )
+        return self._call(calls.list_metrics(job_id, name, after, limit, max_points))
 
     def iter_metrics(
         self, job_id: str, name: str | None = None, after: int = 0, page_size: int = 1000
@@ -212,12 +187,7 @@ class Client:
         `order="desc"`: the newest lines first (the job's tail), `next_after` the job's seq
         when read (follow `stream_events` from there) and `next_before` the `before` of the
         next, older page (None when there is none)."""
-        query = http.params(
-            rank=rank, node=node, after=after, limit=limit, order=order, before=before
-        )
-        return LogPage.model_validate(
-            self._json("GET", http.job_path(job_id, "logs"), params=query)
-        )
+        return self._call(calls.list_logs(job_id, rank, after, limit, node, order, before))
 
     def iter_logs(
         self,
@@ -232,7 +202,7 @@ class Client:
 
     def list_nodes(self, job_id: str) -> list[Node]:
         """The nodes of every attempt of a multi-node job."""
-        return http.items(self._json("GET", http.job_path(job_id, "nodes")), Node)
+        return self._call(calls.list_nodes(job_id))
 
     def stream_events(
         self, job_id: str, last_event_id: str | None = None
@@ -247,38 +217,11 @@ class Client:
         spanning at least that long, bring nothing. A stream that the server closes early is
         reopened too, unless the job has ended.
         """
-        parser = SSEParser(last_event_id=last_event_id)
-        path = http.job_path(job_id, "events")
-        outage = http.Outage(self.retries, self.reconnect_s)
-        while True:
-            seen = parser.last_event_id
-            try:
-                headers = http.event_headers(parser.last_event_id)
-                with self._stream("GET", path, headers=headers) as response:
-                    for event in parser.parse(response.iter_lines()):
-                        outage.ended()
-                        if http.is_repeat(event.id, seen):
-                            continue
-                        seen = event.id
-                        yield event
-                        if event.is_terminal:
-                            return
-                if self.get_job(job_id).is_terminal():
-                    return
-            except httpx.ReadTimeout:
-                continue  # a quiet stream, not a broken one: reopen at once
-            except (httpx.TransportError, ConnectionFailed) as exc:
-                if outage.failed():
-                    if isinstance(exc, ConnectionFailed):
-                        raise
-                    raise ConnectionFailed(self.api_url, http.describe(exc)) from exc
-                self._backoff(outage.failures - 1, parser.retry_ms)
-                continue
-            self._backoff(0, parser.retry_ms or 1000)
+        yield from self._follow(job_id, last_event_id)
 
     def list_checkpoints(self, job_id: str) -> list[Checkpoint]:
         """The job's registered checkpoints, oldest first."""
-        return http.items(self._json("GET", http.job_path(job_id, "checkpoints")), Checkpoint)
+        return self._call(calls.list_checkpoints(job_id))
 
     def download_checkpoint(
         self,
@@ -302,116 +245,44 @@ class Client:
         directory `path` (without a `.pt`/`.tar` suffix), each file checked against the
         checkpoint's manifest, and that directory is returned.
         """
-        target = http.download_target(job_id, ref, path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        part = http.part_of(target)
-        url = http.job_path(job_id, "checkpoints", ref, "download")
-        hasher = http.sha256_of(part)
-        etag: str | None = None
-        is_tar = False
-        failures = 0
-        while True:
-            offset = part.stat().st_size if part.exists() else 0
-            headers = http.resume_headers(offset, etag)
-            try:
-                with self._download_stream(url, headers) as (response, announced):
-                    is_tar = http.is_tar(response)
-                    if not http.continues(response, offset):
-                        # The server sends the whole file (200), or its part no longer fits the
-                        # one we hold (416, another 206): drop ours and take the whole.
-                        part.unlink(missing_ok=True)
-                        hasher, offset = http.sha256_of(part), 0
-                        if response.status_code != 200:
-                            continue
-                    etag = announced or etag
-                    total = http.total_size(response, offset)
-                    with part.open("ab") as out:
-                        for chunk in response.iter_bytes():
-                            out.write(chunk)
-                            hasher.update(chunk)
-                            offset += len(chunk)
-                            failures = 0
-                            if progress:
-                                progress(offset, total)
-                break
-            except httpx.TransportError as exc:
-                failures += 1
-                if failures > self.retries:
-                    raise ConnectionFailed(self.api_url, http.describe(exc)) from exc
-                self._backoff(failures - 1)
-        saved = http.finish_download(part, target, hasher, etag)
-        return self._unpacked(job_id, saved, etag) if unpack and is_tar else saved
-
-    @contextmanager
-    def _download_stream(
-        self, url: str, headers: dict[str, str]
-    ) -> Iterator[tuple[httpx.Response, str | None]]:
-        """(the response carrying the bytes, the sha256 ETag the API announced)."""
-        with self._stream("GET", url, headers=headers, ok=(416,)) as response:
-            etag = response.headers.get("ETag")
-            location = response.headers.get("Location")
-            if response.status_code != 307 or not location:
-                yield response, etag
-                return
-        # The store's URL is signed for this object: no token, no If-Range (its ETag differs).
-        store_headers = {k: v for k, v in headers.items() if k.lower() != "if-range"}
-        with httpx.Client(timeout=self._http.timeout) as plain:
-            with plain.stream("GET", location, headers=store_headers) as redirected:
-                if redirected.is_error and redirected.status_code != 416:
-                    redirected.read()
-                    raise api_error_from_response(redirected)
-                yield redirected, etag
-
-    def _unpacked(self, job_id: str, saved: Path, etag: str | None) -> Path:
-        """A directory checkpoint's tar unpacked beside it (and removed); a file as it is."""
-        sha = http.etag_value(etag)
-        found = [c for c in self.list_checkpoints(job_id) if c.sha256 == sha]
-        if not found or found[0].kind != "dir":
-            return saved
-        directory = saved.with_name(saved.name.removesuffix(".pt").removesuffix(".tar"))
-        if directory == saved:
-            directory = saved.with_name(f"{saved.name}.d")
-        unpack_checkpoint(saved, directory, found[0].manifest or [])
-        saved.unlink()
-        return directory
+        download = Download(job_id, ref, path, self.retries, self.api_url)
+        saved = self._download(download, progress)
+        if unpack and download.is_tar:
+            return unpack_if_directory(saved, download.etag, self.list_checkpoints(job_id))
+        return saved
 
     # Code, recipes, workers, service
 
     def upload_code(self, path: str | os.PathLike[str]) -> UploadedCode:
         """Upload a `.py`, `.zip` or `.tar.gz`; use its `code_id` in a spec's `code`."""
         file = Path(path)
-        with file.open("rb") as fh:
-            files: dict[str, tuple[str, BinaryIO, str]] = {
-                "file": (file.name, fh, "application/octet-stream")
-            }
-            body = self._json("POST", "/v1/code", files=files, retry=False)
-        return UploadedCode.model_validate(body)
+        with file.open("rb") as content:
+            return self._call(calls.upload_code(file.name, content))
 
     def list_recipes(self) -> list[Recipe]:
         """The built-in training programs, each with its config's JSON Schema."""
-        return http.items(self._json("GET", "/v1/recipes"), Recipe)
+        return self._call(calls.list_recipes())
 
     def list_workers(self) -> list[Worker]:
         """The workers seen: queues, devices, last heartbeat, current job."""
-        return http.items(self._json("GET", "/v1/workers"), Worker)
+        return self._call(calls.list_workers())
 
     def get_queue(self) -> Queue:
         """What waits, in the order it will run, with why each job waits."""
-        return Queue.model_validate(self._json("GET", "/v1/queue"))
+        return self._call(calls.get_queue())
 
     def get_usage(self, owner: str | None = None, since: str | datetime | None = None) -> Usage:
         """Device-seconds per owner since `since` (default: one quota period ago); a user
         sees only their own."""
-        params = http.usage_params(owner, since)
-        return Usage.model_validate(self._json("GET", "/v1/usage", params=params))
+        return self._call(calls.get_usage(owner, since))
 
     def get_health(self) -> JSON:
         """`{"status": "ok"}` while the API process lives."""
-        return dict(self._json("GET", "/v1/health"))
+        return self._call(calls.get_health())
 
     def get_readiness(self) -> JSON:
         """`{...}` when the database and Redis answer; ServiceUnavailable names what does not."""
-        return dict(self._json("GET", "/v1/ready", retry=False))
+        return self._call(calls.get_readiness())
 
     # Tokens (admin only)
 
@@ -419,16 +290,15 @@ class Client:
         self, name: str, role: str = "user", expires_at: str | datetime | None = None
     ) -> CreatedToken:
         """Make a token; its secret (`token`) is shown this once."""
-        body = http.token_body(name, role, expires_at)
-        return CreatedToken.model_validate(self._json("POST", "/v1/tokens", json=body, retry=False))
+        return self._call(calls.create_token(name, role, expires_at))
 
     def list_tokens(self) -> list[Token]:
         """Every token (never the secrets)."""
-        return http.items(self._json("GET", "/v1/tokens"), Token)
+        return self._call(calls.list_tokens())
 
     def revoke_token(self, name: str) -> None:
         """Revoke a token by name; requests carrying it are refused from now on."""
-        self._json("DELETE", http.token_path(name))
+        self._call(calls.revoke_token(name))
 
     # Operations: webhooks, ranks' stacks, log search, the audit log
 
@@ -437,41 +307,33 @@ class Client:
     ) -> CreatedWebhook:
         """Register an endpoint for jobs' events (`state`, `terminal`, `checkpoint`, `best`);
         the secret that signs its deliveries is shown this once."""
-        body = {"url": url, "events": events, "format": format, "all_jobs": all_jobs}
-        answer = self._json("POST", "/v1/webhooks", json=body, retry=False)
-        return CreatedWebhook.model_validate(answer)
+        return self._call(calls.create_webhook(url, events, format, all_jobs))
 
     def list_webhooks(self) -> list[Webhook]:
         """Your webhooks (an admin: everyone's), without their secrets."""
-        return http.items(self._json("GET", "/v1/webhooks"), Webhook)
+        return self._call(calls.list_webhooks())
 
     def delete_webhook(self, webhook_id: str) -> None:
         """Remove a webhook and its deliveries."""
-        self._json("DELETE", f"/v1/webhooks/{quote(webhook_id, safe='')}")
+        self._call(calls.delete_webhook(webhook_id))
 
     def list_deliveries(
         self, webhook_id: str, job_id: str | None = None, limit: int = 100
     ) -> list[WebhookDelivery]:
         """An endpoint's deliveries, newest first (optionally one job's)."""
-        path = f"/v1/webhooks/{quote(webhook_id, safe='')}/deliveries"
-        answer = self._json("GET", path, params=http.params(job_id=job_id, limit=limit))
-        return http.items(answer, WebhookDelivery)
+        return self._call(calls.list_deliveries(webhook_id, job_id, limit))
 
     def redeliver(self, webhook_id: str, delivery_id: str) -> WebhookDelivery:
         """Send a delivery again (same id and body)."""
-        path = (
-            f"/v1/webhooks/{quote(webhook_id, safe='')}/deliveries/"
-            f"{quote(delivery_id, safe='')}/redeliver"
-        )
-        return WebhookDelivery.model_validate(self._json("POST", path, retry=False))
+        return self._call(calls.redeliver(webhook_id, delivery_id))
 
     def request_stacks(self, job_id: str) -> None:
         """Ask a running job's worker to record every rank's Python stack now."""
-        self._json("POST", http.job_path(job_id, "stacks"), retry=False)
+        self._call(calls.request_stacks(job_id))
 
     def get_stacks(self, job_id: str) -> Stacks:
         """The ranks' recorded stacks, newest capture first, with a summary of the latest."""
-        return Stacks.model_validate(self._json("GET", http.job_path(job_id, "stacks")))
+        return self._call(calls.get_stacks(job_id))
 
     def search_job_logs(
         self,
@@ -483,11 +345,7 @@ class Client:
         limit: int = 1000,
     ) -> LogPage:
         """One page of a job's lines that contain `q` (or match it, with `regex`)."""
-        query = http.params(q=q, regex="true" if regex else None, rank=rank, after=after)
-        query["limit"] = limit
-        return LogPage.model_validate(
-            self._json("GET", http.job_path(job_id, "logs"), params=query)
-        )
+        return self._call(calls.search_job_logs(job_id, q, regex, rank, after, limit))
 
     def search_logs(
         self,
@@ -498,14 +356,7 @@ class Client:
         limit: int = 100,
     ) -> list[FoundLogLine]:
         """Lines of the caller's jobs (an admin: every job) that match, newest first."""
-        query = http.params(
-            q=q,
-            regex="true" if regex else None,
-            since=since.isoformat() if isinstance(since, datetime) else since,
-            until=until.isoformat() if isinstance(until, datetime) else until,
-            limit=limit,
-        )
-        return http.items(self._json("GET", "/v1/logs", params=query), FoundLogLine)
+        return self._call(calls.search_logs(q, regex, since, until, limit))
 
     def list_audit_records(
         self,
@@ -515,73 +366,7 @@ class Client:
         limit: int = 100,
     ) -> list[AuditRecord]:
         """Admin only: state-changing requests, newest first."""
-        query = http.params(
-            owner=owner,
-            kind=kind,
-            since=since.isoformat() if isinstance(since, datetime) else since,
-            limit=limit,
-        )
-        return http.items(self._json("GET", "/v1/audit", params=query), AuditRecord)
-
-    # Plumbing
-
-    def _json(self, method: str, path: str, *, retry: bool | None = None, **kwargs: Any) -> Any:
-        response = self._send(method, path, retry=retry, **kwargs)
-        if response.status_code == 204 or not response.content:
-            return None
-        return response.json()
-
-    @contextmanager
-    def _stream(
-        self, method: str, path: str, *, ok: tuple[int, ...] = (), **kwargs: Any
-    ) -> Iterator[httpx.Response]:
-        response = self._send(method, path, stream=True, ok=ok, **kwargs)
-        try:
-            yield response
-        finally:
-            response.close()
-
-    def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        retry: bool | None = None,
-        stream: bool = False,
-        ok: tuple[int, ...] = (),
-        **kwargs: Any,
-    ) -> httpx.Response:
-        """Send one request, retrying when it is safe; raise ApiError on an error status."""
-        if retry is None:
-            retry = method in http.IDEMPOTENT_METHODS
-        attempt = 0
-        while True:
-            try:
-                request = self._http.build_request(method, path, **kwargs)
-                response = self._http.send(request, stream=stream)
-            except httpx.TransportError as exc:
-                if not retry or attempt >= self.retries:
-                    raise ConnectionFailed(self.api_url, http.describe(exc)) from exc
-                self._backoff(attempt)
-                attempt += 1
-                continue
-            if response.status_code == 503 and retry and attempt < self.retries:
-                response.close()
-                self._backoff(attempt, http.retry_after_ms(response))
-                attempt += 1
-                continue
-            if response.is_error and response.status_code not in ok:
-                try:
-                    response.read()
-                finally:
-                    response.close()
-                raise api_error_from_response(response)
-            return response
-
-    def _backoff(self, attempt: int, server_ms: int | None = None) -> None:
-        delay = http.backoff_delay(self.backoff_s, attempt, server_ms)
-        if delay > 0:
-            time.sleep(delay)
+        return self._call(calls.list_audit_records(owner, kind, since, limit))
 
 
 def _pages(fetch: Callable[[int], Any], after: int, page_size: int) -> Iterator[Any]:

@@ -11,8 +11,25 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from client.errors import ChecksumMismatch
+from client.http import etag_value
+from client.models import Checkpoint
 
 CHUNK = 1024 * 1024
+
+
+def unpack_if_directory(saved: Path, etag: str | None, checkpoints: list[Checkpoint]) -> Path:
+    """A downloaded tar unpacked beside it (and removed) when it is a directory checkpoint of
+    `checkpoints` (the one whose sha256 is the download's ETag); else `saved` as it is."""
+    sha = etag_value(etag)
+    found = [c for c in checkpoints if c.sha256 == sha]
+    if not found or found[0].kind != "dir":
+        return saved
+    directory = saved.with_name(saved.name.removesuffix(".pt").removesuffix(".tar"))
+    if directory == saved:
+        directory = saved.with_name(f"{saved.name}.d")
+    unpack_checkpoint(saved, directory, found[0].manifest or [])
+    saved.unlink()
+    return directory
 
 
 def unpack_checkpoint(tar_path: Path, directory: Path, manifest: list[dict[str, Any]]) -> Path:
