@@ -1,8 +1,8 @@
 """One attempt of a job, from `queued` to its end: take it, prepare and launch it, have it
-monitored (`worker.monitor`) with its heartbeat beside (`worker.heartbeat`), and record how it
-ended (`service.store.end_attempt`): a failure whose exit reason is retried, while the spec's
-`max_retries` allow, puts the job back to `queued` as the next attempt, which the executor
-then submits (`service.executor.submit_retry`).
+monitored (`worker.monitor`) with its heartbeat beside (`worker.heartbeat`), and record how
+it ended (`worker.attempt_end`, through `service.store.end_attempt`): a failure whose exit
+reason is retried, while the spec's `max_retries` allow, puts the job back to `queued` as the
+next attempt, which the executor then submits (`service.executor.submit_retry`).
 
 Every state change is conditional (`service.store.transition_job` with the attempt), so an
 attempt that was cancelled while queued, taken by someone else or retried is left alone.
@@ -14,30 +14,18 @@ whole: at the first failure, or once every node has succeeded (docs/multi-node.m
 """
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy.engine import Engine
-
 from jobs.spec import JobSpec
-from jobs.states import AttemptRef, ExitReason, JobState, NodeState
+from jobs.states import AttemptRef, ExitReason, JobState
 from service.artifacts import store_for
 from service.db import session_scope
-from service.executor import Executor, submit_retry
-from service.models import Job, utcnow
+from service.models import utcnow
 from service.scheduling.admission import reservations_of
-from service.store import (
-    AttemptEnd,
-    NodeSeat,
-    announce_node_failure,
-    commit_end,
-    end_attempt,
-    finish_node,
-    join_node,
-    take_job,
-)
+from service.store import NodeSeat, TakenJob, join_node, take_job
 from worker import build_cache
+from worker.attempt_end import announcer, record_lost, record_outcome, with_notes
 from worker.context import AttemptServices
 from worker.disk import record_job_disk_use
 from worker.environment import EnvironmentProblem, release_environments
@@ -46,7 +34,7 @@ from worker.heartbeat import AttemptHeartbeat
 from worker.isolation import JobUser, can_switch_users, isolate_attempt
 from worker.job_environment import prepare_environment
 from worker.launch import LaunchPlan, Rendezvous, RunPaths
-from worker.monitor import AttemptMonitor, retry_db
+from worker.monitor import AttemptMonitor
 from worker.orphans import leave_note, remove_note
 from worker.outcome import Outcome
 from worker.prepare import (
@@ -76,72 +64,14 @@ class AttemptResult:
     survivors: list[int] = field(default_factory=list)
 
 
-def record_outcome(
-    engine: Engine,
-    ref: AttemptRef,
-    outcome: Outcome | None,
-    *,
-    executor: Executor | None = None,
-) -> tuple[bool, bool]:
-    """Record how the attempt (its node, for a multi-node job) ended, retried while the
-    database is away: (recorded, retried); recorded is False when the job was no longer ours.
-
-    The end itself is `service.store.end_attempt` (`finish_node` for a node, which changes the
-    job only when this decides the attempt; `outcome` None: the node was stopped because the
-    attempt ended elsewhere). A failure is retried only given the `executor` that submits the
-    next attempt.
-    """
-    job_id, attempt, node = ref.job_id, ref.attempt, ref.node
-
-    def write() -> AttemptEnd:
-        with session_scope(engine) as session:
-            if node is not None:
-                if outcome is None:
-                    return finish_node(session, job_id, attempt, node, state=NodeState.STOPPED)
-                return finish_node(
-                    session,
-                    job_id,
-                    attempt,
-                    node,
-                    state=NodeState(outcome.state),
-                    exit_reason=outcome.reason,
-                    exit_code=outcome.exit_code,
-                    message=outcome.message,
-                )
-            assert outcome is not None
-            end = end_attempt(
-                session,
-                job_id,
-                attempt,
-                outcome.state,
-                exit_reason=outcome.reason,
-                exit_code=outcome.exit_code,
-                message=outcome.message,
-                retry=executor is not None,
-            )
-            return commit_end(session, end)
-
-    end = retry_db(write, f"recording how {ref} ended")
-    if end is None:
-        return False, False
-    if executor is not None:
-        submit_retry(executor, end)
-    return end.recorded, end.retried is not None
-
-
-def _with_notes(outcome: Outcome, notes: str | None) -> Outcome:
-    if not notes:
-        return outcome
-    message = f"{outcome.message}\n({notes})" if outcome.message else notes
-    return Outcome(outcome.state, outcome.reason, outcome.exit_code, message)
-
-
 @dataclass(frozen=True)
 class TakenAttempt:
     """An attempt this worker has taken (a node it has joined): what running it needs."""
 
     ref: AttemptRef
     worker_name: str
+    # The job's owner, whose compiled ops a job user's home gets (`worker.build_cache`).
+    owner: str
     spec: dict[str, Any]
     rendezvous: Rendezvous | None
     # The devices the dispatcher reserved for this node (None: not dispatched).
@@ -178,7 +108,7 @@ def take_attempt(
     seat: NodeSeat | None = None
     with session_scope(services.engine) as session:
         if ref.node is None:
-            spec = take_job(
+            job = take_job(
                 session,
                 ref.job_id,
                 ref.attempt,
@@ -197,13 +127,13 @@ def take_attempt(
                 host=host,
                 endpoint=f"{host}:{free_port('')}",
             )
-            spec = seat.spec if seat is not None else None
-    if spec is None:
+            job = None if seat is None else TakenJob(seat.spec, seat.owner)
+    if job is None:
         log.info("%s: not to be run any more; skipped", ref)
         return None
     reserved = reserved_for(services, ref)
     if seat is None or ref.node is None:
-        return TakenAttempt(ref, worker_name, spec, None, reserved)
+        return TakenAttempt(ref, worker_name, job.owner, job.spec, None, reserved)
     rendezvous = Rendezvous(
         endpoint=seat.endpoint,
         is_host=seat.is_host,
@@ -211,7 +141,7 @@ def take_attempt(
         timeout_s=seat.rendezvous_timeout_s or settings.rendezvous_timeout_s,
         node=ref.node,
     )
-    return TakenAttempt(ref, worker_name, seat.spec, rendezvous, reserved)
+    return TakenAttempt(ref, worker_name, job.owner, job.spec, rendezvous, reserved)
 
 
 def reserved_for(services: AttemptServices, ref: AttemptRef) -> tuple[str, ...] | None:
@@ -267,14 +197,7 @@ def run_taken(
 def abandon(services: AttemptServices, taken: TakenAttempt) -> None:
     """Give up an attempt taken but never started, because the worker is shutting down: it
     ends as `worker_lost` (retried while `max_retries` allow), like one stopped mid-run."""
-    _record_lost(
-        services, taken.ref, f"worker {taken.worker_name} shut down before the job started"
-    )
-
-
-def _record_lost(services: AttemptServices, ref: AttemptRef, message: str) -> None:
-    lost = Outcome(JobState.FAILED, ExitReason.WORKER_LOST, None, message)
-    record_outcome(services.engine, ref, lost, executor=services.executor)
+    record_lost(services, taken.ref, f"worker {taken.worker_name} shut down before the job started")
 
 
 def _run(
@@ -289,7 +212,7 @@ def _run(
     job_user: JobUser | None = None
     owner: str | None = None
     try:
-        owner = _owner(services.engine, ref.job_id) if can_switch_users() else None
+        owner = taken.owner if can_switch_users() else None
         spec, plan, job_user = _prepare(services, result, taken, cuda, owner)
         leave_note(paths.data_dir, ref.job_id, ref.attempt, paths.pids_file, ref.node)
         monitor = AttemptMonitor(
@@ -302,7 +225,7 @@ def _run(
             worker_name=taken.worker_name,
             heartbeat=heartbeat,
             rendezvous=taken.rendezvous,
-            announce=None if ref.node is None else _announcer(services.engine, ref),
+            announce=None if ref.node is None else announcer(services.engine, ref),
             job_user=job_user,
         )
         result.outcome, result.survivors = monitor.run()
@@ -310,14 +233,14 @@ def _run(
             result.processes = list(monitor.tree.records.values())
         if result.outcome is not None:
             succeeded = result.outcome.state is JobState.SUCCEEDED
-            result.outcome = _with_notes(result.outcome, monitor.notes(succeeded))
+            result.outcome = with_notes(result.outcome, monitor.notes(succeeded))
     except LaunchProblem as exc:
         result.outcome = Outcome(JobState.FAILED, ExitReason.LAUNCH_ERROR, None, str(exc))
     except EnvironmentProblem as exc:
         result.outcome = Outcome(JobState.FAILED, ExitReason.ENVIRONMENT_ERROR, None, str(exc))
     except BaseException as exc:
         message = f"the worker failed while supervising the job: {type(exc).__name__}: {exc}"
-        _record_lost(services, ref, message)
+        record_lost(services, ref, message)
         raise
     finally:
         release_environments()
@@ -325,12 +248,6 @@ def _run(
             job_user.release()
             if owner is not None:
                 build_cache.save(paths.data_dir, owner, paths.run_dir / "home")
-
-
-def _owner(engine: Engine, job_id: str) -> str | None:
-    with session_scope(engine) as session:
-        job = session.get(Job, job_id)
-        return job.owner if job is not None else None
 
 
 def _prepare(
@@ -379,25 +296,3 @@ def _prepare(
         builds = build_cache.env(paths.run_dir / "home", spec.env)
         plan = replace(plan, env={**plan.env, **job_user.env(paths), **builds})
     return spec, plan, job_user
-
-
-def _announcer(engine: Engine, ref: AttemptRef) -> Callable[[Outcome], None]:
-    """What a node of a multi-node job calls before it stops its processes for a failure."""
-    node = ref.node
-    assert node is not None
-
-    def announce(outcome: Outcome) -> None:
-        def write() -> None:
-            with session_scope(engine) as session:
-                announce_node_failure(
-                    session,
-                    ref.job_id,
-                    ref.attempt,
-                    node,
-                    exit_reason=outcome.reason,
-                    message=outcome.message or str(outcome.reason),
-                )
-
-        retry_db(write, f"announcing the failure of {ref}", tries=2)
-
-    return announce

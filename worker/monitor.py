@@ -21,8 +21,6 @@ import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from enum import StrEnum
-from typing import TypeVar
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -42,6 +40,7 @@ from service.store import (
 )
 from worker.cgroups import JobCgroup, cgroup_name
 from worker.checkpoints import CheckpointRegistrar
+from worker.db_retry import retry_db
 from worker.disk import DiskWatch
 from worker.heartbeat import AttemptHeartbeat
 from worker.ingest import Ingestor
@@ -49,6 +48,7 @@ from worker.isolation import JobUser
 from worker.launch import LaunchPlan, Rendezvous, RunPaths
 from worker.outcome import Outcome, classify_exit, read_oom_kills
 from worker.stacks import record_rank_stacks
+from worker.stops import FAILING_STOPS, StopOutcomes, StopReason
 from worker.supervise import (
     ProcessTree,
     elastic_restart_count,
@@ -71,30 +71,6 @@ NOTHING_REPORTED = (
 # from the ranks' CPU time on a busy node, so not every poll.
 CANCEL_CHECK_S = 0.5
 SUPERVISOR_NICENESS = 10
-T = TypeVar("T")
-
-
-class StopReason(StrEnum):
-    CANCEL = "cancel"
-    TIMEOUT = "timeout"
-    HANG = "hang"
-    SHUTDOWN = "shutdown"
-    RENDEZVOUS = "rendezvous"  # a multi-node job's nodes did not all join in time
-    DISK = "disk"  # the job's files went over what its owner's disk quota leaves it
-    LOST = "lost"  # the job is no longer this attempt's (retried, ended or deleted elsewhere)
-
-
-# Stops that fail the attempt: a node of a multi-node job announces them before it stops its
-# processes (see `AttemptMonitor.announce`).
-FAILING_STOPS = frozenset(
-    {
-        StopReason.TIMEOUT,
-        StopReason.HANG,
-        StopReason.SHUTDOWN,
-        StopReason.RENDEZVOUS,
-        StopReason.DISK,
-    }
-)
 
 
 def yield_cpu_to_ranks() -> None:
@@ -107,16 +83,6 @@ def yield_cpu_to_ranks() -> None:
         os.setpriority(os.PRIO_PROCESS, 0, SUPERVISOR_NICENESS)
     except OSError:
         log.debug("cannot lower the supervisor's priority", exc_info=True)
-
-
-def retry_db(action: Callable[[], T], what: str, tries: int = 5, delay_s: float = 1.0) -> T | None:
-    for i in range(tries):
-        try:
-            return action()
-        except SQLAlchemyError:
-            log.warning("%s failed (try %d of %d)", what, i + 1, tries, exc_info=True)
-            time.sleep(delay_s)
-    return None
 
 
 class AttemptMonitor:
@@ -149,6 +115,7 @@ class AttemptMonitor:
         self.node = rendezvous.node if rendezvous is not None else None
         self.rendezvous_timeout_s = rendezvous.timeout_s if rendezvous is not None else None
         self.announce = announce
+        self.stop_outcomes = StopOutcomes(spec, worker_name, self.rendezvous_timeout_s)
         self.registrar = CheckpointRegistrar(
             engine,
             ref,
@@ -382,34 +349,9 @@ class AttemptMonitor:
         self.registrar.poll(final=True)
 
     def _stopped_outcome(self, stop: StopReason, returncode: int | None) -> Outcome | None:
-        if stop is StopReason.LOST:
-            return None
-        if stop is StopReason.CANCEL:
-            preempted_by = self._preempted_by()
-            if preempted_by is not None:
-                return Outcome(JobState.FAILED, ExitReason.PREEMPTED, returncode, preempted_by)
-            return Outcome(
-                JobState.CANCELLED, ExitReason.CANCELLED, returncode, "cancelled on request"
-            )
-        if stop is StopReason.TIMEOUT:
-            message = f"stopped after timeout_s={self.spec.timeout_s:g} s"
-            return Outcome(JobState.FAILED, ExitReason.TIMEOUT, returncode, message)
-        if stop is StopReason.HANG:
-            hang_s = self.spec.hang_timeout_s
-            message = f"stopped: no new event from rank 0 for hang_timeout_s={hang_s:g} s"
-            return Outcome(JobState.FAILED, ExitReason.HANG, returncode, message)
-        if stop is StopReason.RENDEZVOUS:
-            message = (
-                f"not all {self.spec.nnodes} nodes joined within "
-                f"rendezvous_timeout_s={self.rendezvous_timeout_s:g} s; every node was stopped"
-            )
-            return Outcome(JobState.FAILED, ExitReason.RENDEZVOUS_TIMEOUT, returncode, message)
-        if stop is StopReason.DISK:
-            return Outcome(JobState.FAILED, ExitReason.USER_ERROR, returncode, self.over_disk)
-        message = (
-            f"worker {self.worker_name} shut down while the job ran; its processes were stopped"
+        return self.stop_outcomes.outcome(
+            stop, returncode, over_disk=self.over_disk, preempted_by=self._preempted_by
         )
-        return Outcome(JobState.FAILED, ExitReason.WORKER_LOST, returncode, message)
 
     def _reported_nothing(self) -> bool:
         return (

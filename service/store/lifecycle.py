@@ -191,15 +191,26 @@ def transition_job(
     return moved
 
 
-def take_job(session: Session, job_id: str, attempt: int, **fields: Any) -> dict[str, Any] | None:
-    """Move the job `queued → starting` at `attempt` (committed) and return its spec; None,
-    having changed nothing, when it is not queued at that attempt any more."""
-    moved = move(session, job_id, JobState.STARTING, attempt, None, fields, col(Job.spec))
+@dataclass(frozen=True)
+class TakenJob:
+    """What a worker that took a job's attempt runs it with: the spec (as accepted, defaults
+    filled) and the job's owner."""
+
+    spec: dict[str, Any]
+    owner: str
+
+
+def take_job(session: Session, job_id: str, attempt: int, **fields: Any) -> TakenJob | None:
+    """Move the job `queued → starting` at `attempt` (committed) and return its spec and owner;
+    None, having changed nothing, when it is not queued at that attempt any more."""
+    moved = move(
+        session, job_id, JobState.STARTING, attempt, None, fields, col(Job.spec), col(Job.owner)
+    )
     if moved is None:
         session.rollback()
         return None
     session.commit()
-    return dict(moved.spec)
+    return TakenJob(dict(moved.spec), moved.owner)
 
 
 def requeue(

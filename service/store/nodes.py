@@ -17,12 +17,13 @@ from service.store.lifecycle import AttemptEnd, end_attempt, lock_job, transitio
 class NodeSeat:
     """What a node that joined an attempt runs with: the rendezvous endpoint (`host:port`),
     whether this node hosts it, how long every node may take to join (the spec's, None: the
-    worker's default), and the job's spec."""
+    worker's default), the job's spec and its owner."""
 
     endpoint: str
     is_host: bool
     spec: dict[str, Any]
     rendezvous_timeout_s: float | None = None
+    owner: str = ""
 
 
 def node_key(job_id: str, attempt: int, node: int) -> tuple[ColumnElement[bool], ...]:
@@ -79,9 +80,9 @@ def join_node(
             last_heartbeat=now,
         )
     )
-    spec, timeout_s = dict(job.spec), job.job_spec().rendezvous_timeout_s
+    spec, timeout_s, owner = dict(job.spec), job.job_spec().rendezvous_timeout_s, job.owner
     session.commit()
-    return NodeSeat(meeting_at, is_host=hosting, spec=spec, rendezvous_timeout_s=timeout_s)
+    return NodeSeat(meeting_at, hosting, spec, timeout_s, owner)
 
 
 def _rendezvous_endpoint(

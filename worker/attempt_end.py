@@ -1,0 +1,102 @@
+"""Recording how an attempt (or one node of it) ended: the outcome written through a brief
+database outage, a retry submitted to the executor, a node's failure announced to its peers."""
+
+from collections.abc import Callable
+
+from sqlalchemy.engine import Engine
+
+from jobs.states import AttemptRef, ExitReason, JobState, NodeState
+from service.db import session_scope
+from service.executor import Executor, submit_retry
+from service.store import AttemptEnd, announce_node_failure, commit_end, end_attempt, finish_node
+from worker.context import AttemptServices
+from worker.db_retry import retry_db
+from worker.outcome import Outcome
+
+
+def record_outcome(
+    engine: Engine,
+    ref: AttemptRef,
+    outcome: Outcome | None,
+    *,
+    executor: Executor | None = None,
+) -> tuple[bool, bool]:
+    """Record how the attempt (its node, for a multi-node job) ended, retried while the
+    database is away: (recorded, retried); recorded is False when the job was no longer ours.
+
+    The end itself is `service.store.end_attempt` (`finish_node` for a node, which changes the
+    job only when this decides the attempt; `outcome` None: the node was stopped because the
+    attempt ended elsewhere). A failure is retried only given the `executor` that submits the
+    next attempt.
+    """
+    job_id, attempt, node = ref.job_id, ref.attempt, ref.node
+
+    def write() -> AttemptEnd:
+        with session_scope(engine) as session:
+            if node is not None:
+                if outcome is None:
+                    return finish_node(session, job_id, attempt, node, state=NodeState.STOPPED)
+                return finish_node(
+                    session,
+                    job_id,
+                    attempt,
+                    node,
+                    state=NodeState(outcome.state),
+                    exit_reason=outcome.reason,
+                    exit_code=outcome.exit_code,
+                    message=outcome.message,
+                )
+            assert outcome is not None
+            end = end_attempt(
+                session,
+                job_id,
+                attempt,
+                outcome.state,
+                exit_reason=outcome.reason,
+                exit_code=outcome.exit_code,
+                message=outcome.message,
+                retry=executor is not None,
+            )
+            return commit_end(session, end)
+
+    end = retry_db(write, f"recording how {ref} ended")
+    if end is None:
+        return False, False
+    if executor is not None:
+        submit_retry(executor, end)
+    return end.recorded, end.retried is not None
+
+
+def with_notes(outcome: Outcome, notes: str | None) -> Outcome:
+    if not notes:
+        return outcome
+    message = f"{outcome.message}\n({notes})" if outcome.message else notes
+    return Outcome(outcome.state, outcome.reason, outcome.exit_code, message)
+
+
+def record_lost(services: AttemptServices, ref: AttemptRef, message: str) -> None:
+    """The attempt ends as `worker_lost` (retried while `max_retries` allow)."""
+    lost = Outcome(JobState.FAILED, ExitReason.WORKER_LOST, None, message)
+    record_outcome(services.engine, ref, lost, executor=services.executor)
+
+
+def announcer(engine: Engine, ref: AttemptRef) -> Callable[[Outcome], None]:
+    """What a node of a multi-node job calls before it stops its processes for a failure."""
+    node = ref.node
+    assert node is not None
+
+    def announce(outcome: Outcome) -> None:
+        def write() -> None:
+            with session_scope(engine) as session:
+                announce_node_failure(
+                    session,
+                    ref.job_id,
+                    ref.attempt,
+                    node,
+                    exit_reason=outcome.reason,
+                    message=outcome.message or str(outcome.reason),
+                )
+
+        retry_db(write, f"announcing the failure of {ref}", tries=2)
+
+    return announce
