@@ -70,6 +70,27 @@ def running_stack(workers: int = 1, **env: str) -> Iterator[Stack]:
             stack.stop()
 
 
+@contextmanager
+def api_stack(database_url: str | None = None) -> Iterator[Stack]:
+    """An API alone (no worker, no reaper) on a private Redis and its own data directory;
+    `database_url` None: its own SQLite file."""
+    root = Path(tempfile.mkdtemp(prefix="launchbay-bench-"))
+    os.chmod(root, 0o711)
+    with private_redis() as redis_server:
+        stack = Stack(
+            root=root,
+            database_url=database_url or f"sqlite:///{root / 'data' / 'launchbay.db'}",
+            redis_url=redis_server.url(0),
+            marker=MARKER,
+            extra_env={"LAUNCHBAY_SUBMISSIONS_PER_MINUTE": "0", "LAUNCHBAY_REAPER_ENABLED": "0"},
+        )
+        try:
+            stack.start_api()
+            yield stack
+        finally:
+            stack.stop()
+
+
 def read_events(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []

@@ -124,6 +124,11 @@ def speeds(
     return measured
 
 
+RAY_STARTUP_NOT_RUN = Result(
+    "P2-ray", "submit → first step through Ray Jobs, minus bare", NOT_RUN, "report", None
+)
+
+
 def short_rounds(
     runs: dict[str, Callable[..., tuple[float, list[dict[str, Any]]]]],
     scratch: Path,
@@ -178,21 +183,12 @@ def short_rounds(
         ),
         startup_result("P2", "Launchbay", starts["launchbay"], starts["bare"], "≤ 0.5 s", True),
     ]
-    if with_ray:
-        rows.append(
-            startup_result("P2-ray", "Ray Jobs", starts["ray"], starts["bare"], "report", None)
-        )
-    else:
-        rows.append(
-            Result(
-                "P2-ray",
-                "submit → first step through Ray Jobs, minus bare",
-                NOT_RUN,
-                "report",
-                None,
-            )
-        )
+    rows.append(ray_startup_row(starts) if with_ray else RAY_STARTUP_NOT_RUN)
     return rows
+
+
+def ray_startup_row(starts: dict[str, list[float]]) -> Result:
+    return startup_result("P2-ray", "Ray Jobs", starts["ray"], starts["bare"], "report", None)
 
 
 def peer_row(rid: str, what: str, peer: list[float] | None, bare: list[float]) -> Result:

@@ -63,6 +63,8 @@ def wait_until_answering(http: httpx.Client, url: str, timeout: float = 60) -> f
     raise RuntimeError(f"{url} did not answer again within {timeout:.0f} s")
 
 
+# long: one load-test session on one stack (warm-up, alternating runs, few connections,
+# POST), then the four rows read from its numbers
 def run(rounds: int = 2, seconds: float = 10.0, short_s: float = 5.0) -> list[Result]:
     health: list[WrkResult] = []
     job: list[WrkResult] = []

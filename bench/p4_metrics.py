@@ -34,6 +34,7 @@ from bench.common import (
     running_stack,
     upload_code,
 )
+from bench.p4_programs import SSE_SOURCE, TRAIN_SOURCE
 from devstack.stack import Stack
 from jobs.states import JobState
 
@@ -41,91 +42,6 @@ METRICS_PER_STEP = 20
 SUSTAINED_WIDTH = 1024  # about 2 ms a step on one core here: ~10,000 points/s offered
 ALTERNATING_WIDTH = 1200  # about 2.5 ms a step: ~8,000 points/s while reporting
 CYCLE = ("off", "written", "off", "queued", "off", "plain")  # the alternating run's phases
-
-TRAIN_SOURCE = '''\
-"""Launchbay bench P4a: a one-rank step loop that reports METRICS metrics a step.
-
-argv: steps warmup metrics width phase_steps cycle. With phase_steps = 0 it reports every
-step, each line written before report() returns; else phases of phase_steps steps go through
-the comma-separated modes of cycle: off, written, queued (`queue_reports`) or plain (the same
-line appended by hand to the events file, no SDK), and each phase is timed. Timings go to
-bench_result.json in the job's output directory ($LAUNCHBAY_OUTPUT_DIR: its code directory
-is read-only).
-"""
-import json
-import os
-import sys
-import time
-
-import torch
-from torch import nn
-
-from jobs import runtime as lb
-
-def main() -> None:
-    steps, warmup, metrics, width, phase_steps = (int(a) for a in sys.argv[1:6])
-    cycle = sys.argv[6].split(",")
-    names = [f"m{i:02d}" for i in range(metrics)]
-    phases = []
-    with lb.distributed() as ctx:
-        torch.manual_seed(0)
-        net = nn.Sequential(nn.Linear(width, width), nn.Tanh(), nn.Linear(width, 1))
-        model = lb.prepare_model(net, ctx)
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
-        x, y = torch.randn(32, width), torch.randn(32, 1)
-        length = phase_steps or steps
-        mode = "off"
-        plain = open(os.environ["LAUNCHBAY_EVENTS_FILE"], "ab", buffering=0)
-        for step in range(1, warmup + steps + 1):
-            if step > warmup and (step - warmup - 1) % length == 0:
-                mode = cycle[len(phases) % len(cycle)] if phase_steps else "written"
-                lb.queue_reports(0.05 if mode == "queued" else None)
-                phases.append({"mode": mode, "steps": 0, "s": 0.0, "report_s": 0.0})
-                started = time.perf_counter()
-            loss = ((model(x) - y) ** 2).mean()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            value = loss.item()
-            if mode != "off":
-                before = time.perf_counter()
-                values = {n: value + i for i, n in enumerate(names)}
-                if mode == "plain":
-                    line = {"type": "metric", "step": step, "epoch": 1, "metrics": values}
-                    line["ts"] = time.time()
-                    plain.write((json.dumps(line) + "\\n").encode())
-                else:
-                    lb.report(step, 1, **values)
-                phases[-1]["report_s"] += time.perf_counter() - before
-            if step > warmup:
-                phases[-1]["steps"] += 1
-                phases[-1]["s"] = time.perf_counter() - started
-        plain.close()
-    with open(os.path.join(os.environ["LAUNCHBAY_OUTPUT_DIR"], "bench_result.json"), "w") as out:
-        json.dump({"phases": phases}, out)
-
-
-if __name__ == "__main__":
-    main()
-'''
-
-SSE_SOURCE = '''\
-"""Launchbay bench P4b: append `count` metric lines at `rate` lines/s, each with its ts."""
-import json
-import os
-import sys
-import time
-
-count, rate, delay = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
-time.sleep(delay)  # the SSE client connects meanwhile
-with open(os.environ["LAUNCHBAY_EVENTS_FILE"], "ab", buffering=0) as events:
-    due = time.monotonic()
-    for step in range(1, count + 1):
-        line = {"type": "metric", "step": step, "metrics": {"lat": float(step)}, "ts": time.time()}
-        events.write((json.dumps(line) + "\\n").encode())
-        due += 1 / rate
-        time.sleep(max(0.0, due - time.monotonic()))
-'''
 
 
 @dataclass
@@ -182,6 +98,22 @@ def count_points(http: httpx.Client, job_id: str) -> int:
         after = body["next_after"]
 
 
+def training_spec(
+    code_id: str, *, steps: int, width: int, phase_steps: int, warmup: int
+) -> dict[str, Any]:
+    """The job of one P4a run: `train.py` reporting METRICS_PER_STEP metrics a step."""
+    return {
+        "name": f"p4a-{'alternating' if phase_steps else 'sustained'}",
+        "code": {"code_id": code_id, "entrypoint": "train.py"},
+        "args": [
+            *(str(a) for a in (steps, warmup, METRICS_PER_STEP, width, phase_steps)),
+            ",".join(CYCLE),
+        ],
+        "nproc_per_node": 1,
+        "checkpoint": NO_CHECKPOINTS,
+    }
+
+
 def run_training(
     http: httpx.Client,
     stack: Stack,
@@ -193,16 +125,7 @@ def run_training(
     warmup: int = 100,
     poll_s: float = 0.1,
 ) -> TrainingRun:
-    spec = {
-        "name": f"p4a-{'alternating' if phase_steps else 'sustained'}",
-        "code": {"code_id": code_id, "entrypoint": "train.py"},
-        "args": [
-            *(str(a) for a in (steps, warmup, METRICS_PER_STEP, width, phase_steps)),
-            ",".join(CYCLE),
-        ],
-        "nproc_per_node": 1,
-        "checkpoint": NO_CHECKPOINTS,
-    }
+    spec = training_spec(code_id, steps=steps, width=width, phase_steps=phase_steps, warmup=warmup)
     response = http.post("/v1/jobs", json=spec)
     response.raise_for_status()
     job_id = response.json()["id"]
@@ -328,6 +251,12 @@ def reporting_cost(run: TrainingRun, mode: str, phase_steps: int) -> Result:
     )
 
 
+def check_all_stored(runs: list[TrainingRun]) -> None:
+    for r in runs:
+        if r.points != r.written:
+            raise RuntimeError(f"P4a: rank 0 wrote {r.written} points, the API has {r.points}")
+
+
 def run(sustained_rounds: int = 2, rounds: int = 30, phase_steps: int = 100) -> list[Result]:
     """`rounds` cycles of CYCLE: that many on phases for each way of reporting."""
     with running_stack() as stack, stack.client() as http:
@@ -347,9 +276,7 @@ def run(sustained_rounds: int = 2, rounds: int = 30, phase_steps: int = 100) -> 
             poll_s=1.0,  # fewer of this script's own requests beside the rank
         )
         latencies, early = sse_latencies(http, lines_code, count=240, rate=20.0)
-    for r in [*sustained, alternating]:
-        if r.points != r.written:
-            raise RuntimeError(f"P4a: rank 0 wrote {r.written} points, the API has {r.points}")
+    check_all_stored([*sustained, alternating])
     rate = median([r.ingest_rate for r in sustained])
     offered = median(
         [

@@ -106,6 +106,8 @@ def timed(argv: list[str]) -> tuple[float, str]:
     return time.perf_counter() - start, done.stdout
 
 
+# long: one job's checkpoint read by HTTP, a bare socket and cat in alternation on one
+# stack, then the two rows read from those times
 def run(rounds: int = 3) -> list[Result]:
     http_s: list[float] = []
     raw_s: list[float] = []

@@ -182,6 +182,8 @@ def run_job(http: httpx.Client, stack: Stack, spec: dict[str, Any]) -> list[dict
     return job_events(stack, job["id"])
 
 
+# long: each recipe's fp32/bf16 pairs and the checkpoint stall on one stack, then their
+# rows (it runs only where a CUDA device is)
 def run(rounds: int = 2) -> list[Result]:
     """`rounds` pairs (fp32, bf16) of each recipe, the first of a pair alternating."""
     target = find_target()

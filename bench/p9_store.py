@@ -163,6 +163,8 @@ def _renice(pid: int, nice: int) -> None:
             pass
 
 
+# long: one experiment: pin the rank and the worker to their cores, alternate upload and
+# idle windows, compare the step times of each
 def step_stall(s3: S3Server, file: Path, workdir: Path, *, to_s3: bool) -> Result:
     from service.artifacts import ArtifactStore
     from service.artifacts.s3 import S3Store

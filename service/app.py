@@ -51,6 +51,29 @@ def make_redis(url: str) -> Redis:
     return Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2, health_check_interval=30)
 
 
+# The route modules behind a bearer token (all but health and readiness), in this order.
+AUTHENTICATED_ROUTES = (
+    dry_run,
+    jobs,
+    logs,
+    metrics,
+    events,
+    checkpoints,
+    artifacts,
+    recipes,
+    code,
+    prometheus,
+    tokens,
+    workers,
+    webhooks,
+    audit,
+    log_search,
+    stacks,
+    queue,
+    policies,
+)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
@@ -95,26 +118,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(AuditLog, writer=AuditWriter(settings.audit_retention_days))
     # Health and readiness answer anyone; every other route needs a bearer token.
     app.include_router(system.router, responses=ERROR_RESPONSES)
-    for module in (
-        dry_run,
-        jobs,
-        logs,
-        metrics,
-        events,
-        checkpoints,
-        artifacts,
-        recipes,
-        code,
-        prometheus,
-        tokens,
-        workers,
-        webhooks,
-        audit,
-        log_search,
-        stacks,
-        queue,
-        policies,
-    ):
+    for module in AUTHENTICATED_ROUTES:
         app.include_router(
             module.router, dependencies=[Depends(get_principal)], responses=ERROR_RESPONSES
         )

@@ -368,39 +368,3 @@ def failing_package(lines: Sequence[str]) -> str | None:
         if match and match.group(1) not in {"you", "there", "only", "all", "the"}:
             return match.group(1)
     return None
-
-
-class JobOutput:
-    """The build's output as rank 0's log lines of the attempt (stored every `flush_s`, so
-    `launchbay logs -f` and the event stream show it as it happens) and in
-    ``logs/environment.log``."""
-
-    def __init__(
-        self,
-        store: Callable[[list[str]], None],
-        log_file: Path,
-        flush_s: float = 0.5,
-    ) -> None:
-        self.store = store
-        self.flush_s = flush_s
-        self.pending: list[str] = []
-        self.flushed_at = time.monotonic()
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(log_file, "a", encoding="utf-8")  # noqa: SIM115 (closed in close)
-
-    def __call__(self, line: str) -> None:
-        self.file.write(line + "\n")
-        self.file.flush()
-        self.pending.append(f"[environment] {line}")
-        if time.monotonic() - self.flushed_at >= self.flush_s:
-            self.flush()
-
-    def flush(self) -> None:
-        lines, self.pending = self.pending, []
-        self.flushed_at = time.monotonic()
-        if lines:
-            self.store(lines)
-
-    def close(self) -> None:
-        self.flush()
-        self.file.close()

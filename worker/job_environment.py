@@ -4,6 +4,7 @@ for, the `starting` message while it builds, the build's output as the job's log
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import update
@@ -20,7 +21,6 @@ from worker.environment import (
     Environment,
     EnvironmentCache,
     EnvironmentProblem,
-    JobOutput,
     Sources,
     job_requirements,
 )
@@ -129,3 +129,39 @@ def _event(engine: Engine, job_id: str, attempt: int, environment: Environment) 
             add_attempt_event(session, job_id, "environment", attempt, data)
     except (AttemptSuperseded, SQLAlchemyError) as exc:
         log.warning("job %s: environment event not recorded: %s", job_id, exc)
+
+
+class JobOutput:
+    """The build's output as rank 0's log lines of the attempt (stored every `flush_s`, so
+    `launchbay logs -f` and the event stream show it as it happens) and in
+    ``logs/environment.log``."""
+
+    def __init__(
+        self,
+        store: Callable[[list[str]], None],
+        log_file: Path,
+        flush_s: float = 0.5,
+    ) -> None:
+        self.store = store
+        self.flush_s = flush_s
+        self.pending: list[str] = []
+        self.flushed_at = time.monotonic()
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(log_file, "a", encoding="utf-8")  # noqa: SIM115 (closed in close)
+
+    def __call__(self, line: str) -> None:
+        self.file.write(line + "\n")
+        self.file.flush()
+        self.pending.append(f"[environment] {line}")
+        if time.monotonic() - self.flushed_at >= self.flush_s:
+            self.flush()
+
+    def flush(self) -> None:
+        lines, self.pending = self.pending, []
+        self.flushed_at = time.monotonic()
+        if lines:
+            self.store(lines)
+
+    def close(self) -> None:
+        self.flush()
+        self.file.close()

@@ -27,45 +27,52 @@ def api(
     run_api(host, port, workers)
 
 
+# The worker command's longer options.
+GpusOption = Annotated[
+    str | None,
+    typer.Option(
+        "--gpus",
+        help="CUDA ids this worker owns, e.g. 0,1 (as CUDA_VISIBLE_DEVICES takes them); "
+        "default: every visible CUDA device.",
+    ),
+]
+SlotsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--slots",
+        min=1,
+        help="CPU slots of a worker without GPUs (default: the cores it may use).",
+    ),
+]
+PoolOption = Annotated[
+    str | None,
+    typer.Option(
+        "--pool",
+        help="Share these devices with the other workers of this host in the same pool: "
+        "under the dispatcher, each runs one job on the devices reserved for it, so a "
+        "pool of N workers runs up to N jobs at once (docs/scheduling.md).",
+    ),
+]
+CheckOption = Annotated[
+    bool,
+    typer.Option(
+        "--check",
+        help="Start nothing: exit 0 if a worker of this host (LAUNCHBAY_WORKER_HOST) "
+        "heart-beat in the last --max-age seconds, else 1 (a container healthcheck).",
+    ),
+]
+
+
 @app.command()
 def worker(
     queue: Annotated[
         list[str] | None, typer.Option("--queue", "-q", help="Queue to serve (repeatable).")
     ] = None,
     burst: Annotated[bool, typer.Option("--burst", help="Exit once the queues are empty.")] = False,
-    gpus: Annotated[
-        str | None,
-        typer.Option(
-            "--gpus",
-            help="CUDA ids this worker owns, e.g. 0,1 (as CUDA_VISIBLE_DEVICES takes them); "
-            "default: every visible CUDA device.",
-        ),
-    ] = None,
-    slots: Annotated[
-        int | None,
-        typer.Option(
-            "--slots",
-            min=1,
-            help="CPU slots of a worker without GPUs (default: the cores it may use).",
-        ),
-    ] = None,
-    pool: Annotated[
-        str | None,
-        typer.Option(
-            "--pool",
-            help="Share these devices with the other workers of this host in the same pool: "
-            "under the dispatcher, each runs one job on the devices reserved for it, so a "
-            "pool of N workers runs up to N jobs at once (docs/scheduling.md).",
-        ),
-    ] = None,
-    check: Annotated[
-        bool,
-        typer.Option(
-            "--check",
-            help="Start nothing: exit 0 if a worker of this host (LAUNCHBAY_WORKER_HOST) "
-            "heart-beat in the last --max-age seconds, else 1 (a container healthcheck).",
-        ),
-    ] = False,
+    gpus: GpusOption = None,
+    slots: SlotsOption = None,
+    pool: PoolOption = None,
+    check: CheckOption = False,
     max_age: Annotated[
         float | None,
         typer.Option("--max-age", min=0.1, help="With --check (default: 3 heartbeat intervals)."),

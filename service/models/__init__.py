@@ -9,6 +9,8 @@ logs, checkpoints, stacks), `access` (tokens, uploads, the audit log), `webhooks
 `scheduling` (the dispatcher's), on the column types of `columns`. Import them from here.
 """
 
+from sqlmodel import SQLModel
+
 from service.models.access import ApiToken, AuditRecord, CodeUpload
 from service.models.columns import BigIntPK, StrEnumColumn, inline_enum, utcnow
 from service.models.jobs import Job, JobBase, JobEvent, JobNode, JobTag
@@ -34,6 +36,7 @@ __all__ = [
     "MetricRollup",
     "OwnerPolicy",
     "RankStack",
+    "SQLModel",
     "StrEnumColumn",
     "Webhook",
     "WebhookDelivery",
