@@ -5,8 +5,9 @@ fair share between owners, packing jobs of different sizes, an owner over quota,
 preemption that resumes from a checkpoint.
 
 One stack for the module: three 1-slot workers on `default`, a pool of three workers sharing
-4 slots on `pack`, and a second API process. The tests run in order: the first starts the
-2-node jobs, the last checks how they ran.
+4 slots on `pack`, and a second API process, which the fixtures wait for (it answers, every
+worker is registered). Each test stands alone: the 2-node jobs (`gang`) are started by the
+first test that asks for them, whichever runs first.
 """
 
 import io
@@ -86,7 +87,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(scope="module")
 def second_api(stack: Stack) -> Iterator[httpx.Client]:
-    """Another API process on the same database and Redis, started with the stack."""
+    """Another API process on the same database and Redis, once it answers and sees every
+    worker of the stack."""
     port = free_port()
     proc = start(
         [LAUNCHBAY, "api", "--host", "127.0.0.1", "--port", str(port)],
@@ -96,6 +98,10 @@ def second_api(stack: Stack) -> Iterator[httpx.Client]:
     headers = {"Authorization": f"Bearer {stack.admin_token}"}
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30, headers=headers)
     try:
+        assert wait_until(lambda: _answers(client), 60), (stack.root / "api-2.log").read_text()
+        assert wait_until(lambda: len(client.get("/v1/workers").json()["items"]) == 6, 90), (
+            stack.worker_logs()
+        )
         yield client
     finally:
         client.close()
@@ -103,11 +109,9 @@ def second_api(stack: Stack) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture(scope="module")
-def http(stack: Stack, second_api: httpx.Client) -> Iterator[httpx.Client]:
+def http(stack: Stack) -> Iterator[httpx.Client]:
+    """The stack's own API, the dispatcher until `gang` kills it."""
     with stack.client() as client:
-        assert wait_until(lambda: len(client.get("/v1/workers").json()["items"]) == 6, 90), (
-            stack.worker_logs()
-        )
         yield client
 
 
@@ -151,7 +155,6 @@ def lines_of(http: httpx.Client, job_id: str) -> list[str]:
 def gang(stack: Stack, http: httpx.Client, second_api: httpx.Client) -> dict[str, Any]:
     """Three 2-node jobs on the three 1-slot workers, submitted through the second API while
     the first, which dispatches, is killed."""
-    assert wait_until(lambda: _answers(second_api), 60), (stack.root / "api-2.log").read_text()
     leader = http.get("/v1/queue").json()["dispatcher"]
     api = stack.api
     assert leader is not None and api is not None
