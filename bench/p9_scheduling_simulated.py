@@ -12,12 +12,11 @@ from typing import Any
 from redis import Redis
 from sqlmodel import Session
 
+from devstack.workers import register_worker
 from jobs.spec import JobSpec
 from jobs.states import JobState
 from service import store
 from service.db import make_engine, upgrade_database
-from service.models import utcnow
-from service.queue import save_worker
 from service.scheduling.capacity import dispatch_queue_name
 from service.scheduling.dispatcher import Dispatcher
 from service.scheduling.executor import wake_dispatcher
@@ -28,7 +27,6 @@ from service.scheduling.planner import (
     WorkerCapacity,
     plan_dispatch,
 )
-from service.schemas import WorkerRecord
 from service.settings import Settings
 
 
@@ -79,23 +77,6 @@ def decision_times(rounds: int = 200) -> tuple[list[float], list[float]]:
     return times, cpu
 
 
-def register(redis: Redis, name: str, slots: int, queues: tuple[str, ...] = ("default",)) -> None:
-    now = utcnow()
-    record = WorkerRecord(
-        name=name,
-        host="bench",
-        pid=0,
-        queues=list(queues),
-        devices=[f"cpu:{i}" for i in range(slots)],
-        state="idle",
-        started_at=now,
-        last_heartbeat=now,
-        current_job=None,
-        dispatch_queue=dispatch_queue_name(name),
-    )
-    save_worker(redis, record, ttl_s=3600)
-
-
 def pass_times(root: Path, redis_url: str, passes: int = 50) -> tuple[float, list[float]]:
     """A first pass (writes 1,000 positions), then passes that change little."""
     url = f"sqlite:///{root / 'passes.db'}"
@@ -112,7 +93,7 @@ def pass_times(root: Path, redis_url: str, passes: int = 50) -> tuple[float, lis
             )
             store.create_job(session, spec, owner=f"owner{rng.randrange(50)}")
     for i in range(100):
-        register(redis, f"w{i}", 8, ("busy",) if i < 95 else ("default",))
+        register_worker(redis, f"w{i}", 8, ("busy",) if i < 95 else ("default",), ttl_s=3600)
     dispatcher = Dispatcher(engine, redis, settings)
     lease = dispatcher.keep_lease()
     assert lease is not None
@@ -171,7 +152,7 @@ def simulated_throughput(root: Path, redis_url: str, jobs: int = 600) -> float:
     redis.flushdb()
     names = [f"sim{i}" for i in range(20)]
     for name in names:
-        register(redis, name, 1)
+        register_worker(redis, name, 1, ttl_s=3600)
     spec = JobSpec.model_validate({"name": "n", "recipe": "synthetic", "nproc_per_node": 1})
     with Session(engine) as session:
         ids = [store.create_job(session, spec, owner=f"o{i % 5}").id for i in range(jobs)]

@@ -17,16 +17,13 @@ import json
 import statistics
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import psutil
 
-from bench.common import MARKER, NO_CHECKPOINTS, Result, SseParser, percentile, upload_code
-from bench.p4_metrics import SSE_SOURCE
-from devstack.services import private_redis
+from bench.common import NO_CHECKPOINTS, Result, SseParser, api_stack, percentile, upload_code
+from bench.p4_programs import SSE_SOURCE
 from devstack.stack import Stack
 
 STREAMS = 100
@@ -87,29 +84,6 @@ class StreamCrowd:
                     self.latencies.append(received - data["ts"])
 
 
-@contextmanager
-def quiet_stack() -> Iterator[Stack]:
-    import os
-    import tempfile
-    from pathlib import Path
-
-    root = Path(tempfile.mkdtemp(prefix="launchbay-bench-"))
-    os.chmod(root, 0o711)
-    with private_redis() as redis_server:
-        stack = Stack(
-            root=root,
-            database_url=f"sqlite:///{root / 'data' / 'launchbay.db'}",
-            redis_url=redis_server.url(0),
-            marker=MARKER,
-            extra_env={"LAUNCHBAY_SUBMISSIONS_PER_MINUTE": "0", "LAUNCHBAY_REAPER_ENABLED": "0"},
-        )
-        try:
-            stack.start_api()
-            yield stack
-        finally:
-            stack.stop()
-
-
 def api_cpu(stack: Stack, seconds: float) -> float:
     """Cores the API process used over `seconds` (user + system)."""
     assert stack.api is not None
@@ -165,7 +139,7 @@ def latency_run(stack: Stack, http: httpx.Client, code_id: str, watchers: list[s
 
 
 def run() -> list[Result]:
-    with quiet_stack() as stack, stack.client() as http:
+    with api_stack() as stack, stack.client() as http:
         queued = []
         for i in range(STREAMS):
             body = {"name": f"idle-{i}", "recipe": "synthetic", "queue": "nobody-serves-this"}

@@ -15,6 +15,7 @@ from rq import Queue
 from sqlalchemy import select
 from sqlmodel import Session
 
+from devstack.workers import register_worker
 from jobs.spec import JobSpec
 from jobs.states import JobState
 from service import store
@@ -22,14 +23,12 @@ from service.app import create_app
 from service.db import make_engine
 from service.executors import make_executor
 from service.models import JobReservation, utcnow
-from service.queue import save_worker
 from service.reaper import reap_once
 from service.scheduling.admission import admit
 from service.scheduling.capacity import dispatch_queue_name
 from service.scheduling.dispatcher import Dispatcher
 from service.scheduling.lease import LeaseLost, take_lease
 from service.scheduling.planner import Placement, QueuedJob
-from service.schemas import WorkerRecord
 from service.settings import Settings
 from tests.integration.conftest import ADMIN_TOKEN
 from tests.integration.test_api_jobs import assert_error_body
@@ -37,25 +36,6 @@ from tests.integration.test_auth import make_token, send
 from tests.support.procs import wait_until
 
 NOOP = {"name": "noop", "recipe": "synthetic", "nproc_per_node": 1}
-
-
-def register_worker(
-    redis: Redis, name: str, slots: int = 1, queues: tuple[str, ...] = ("default",)
-) -> None:
-    now = utcnow()
-    record = WorkerRecord(
-        name=name,
-        host="test-host",
-        pid=1,
-        queues=list(queues),
-        devices=[f"cpu:{i}" for i in range(slots)],
-        state="idle",
-        started_at=now,
-        last_heartbeat=now,
-        current_job=None,
-        dispatch_queue=dispatch_queue_name(name),
-    )
-    save_worker(redis, record, ttl_s=120)
 
 
 @pytest.fixture
