@@ -171,8 +171,12 @@ class AsyncClient(AsyncTransport):
         self, job_id: str, last_event_id: str | None = None
     ) -> AsyncIterator[Event]:
         """As `Client.stream_events`: resumes with Last-Event-ID, ends with the job."""
-        async for event in self._follow(job_id, last_event_id):
-            yield event
+        events = self._follow(job_id, last_event_id)
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await events.aclose()  # closing this stream closes the connection at once
 
     async def list_checkpoints(self, job_id: str) -> list[Checkpoint]:
         return await self._call(calls.list_checkpoints(job_id))

@@ -7,7 +7,7 @@ where a stream resumes, where a download's redirect goes) are `client.retrying`'
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -155,7 +155,7 @@ class AsyncTransport:
                 return job
             await asyncio.sleep(http.poll_wait(job_id, job.state, timeout, deadline, poll_s))
 
-    async def _follow(self, job_id: str, last_event_id: str | None) -> AsyncIterator[Event]:
+    async def _follow(self, job_id: str, last_event_id: str | None) -> AsyncGenerator[Event, None]:
         follow = EventFollow(job_id, last_event_id, self.retries, self.reconnect_s, self.api_url)
         while True:
             try:
