@@ -4,8 +4,9 @@ everything it started.
 
 The configuration is `slurm.conf.in` beside this module (placeholders in `{braces}`). It
 keeps Slurm out of the machine's own state: no systemd, no /etc/slurm, no /run/munge. Node
-daemons track processes with `proctrack/linuxproc` (no cgroup plugin), and the scheduler runs
-at once on each submission (`SchedulerParameters`), so a job starts within about a second.
+daemons track processes with `proctrack/linuxproc` (no cgroup plugin; `cgroups=True` turns on
+Slurm's cgroup plugins, which enforce `--mem`), and the scheduler runs at once on each
+submission (`SchedulerParameters`), so a job starts within about a second.
 
 Accounting is off unless asked for (`accounting=True`: a private MariaDB and slurmdbd, see
 `devstack.slurm_accounting`, so `sacct` knows the jobs the controller forgot after
@@ -33,6 +34,23 @@ from devstack.slurm_accounting import SlurmAccounting
 CONF_TEMPLATE = Path(__file__).with_name("slurm.conf.in")
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "srun")
 PARTITION = "lbtest"
+# No cgroup plugin: processes are tracked by parentage, tasks are not bound, memory is no
+# resource and no limit.
+NO_CONFINEMENT = """ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectTypeParameters=CR_CPU"""
+# Slurm's cgroup plugins (cgroup v1 here): each step in a memory cgroup limited to its
+# allocation; memory is a resource, so `--mem` is one (512 MiB per CPU when not asked).
+CGROUP_CONFINEMENT = """ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup
+SelectTypeParameters=CR_CPU_Memory
+DefMemPerCPU=512"""
+CGROUP_CONF = """CgroupPlugin=autodetect
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=yes
+AllowedSwapSpace=0
+"""
 # Same nodes, higher priority tier: its jobs preempt those of PARTITION.
 URGENT_PARTITION = f"{PARTITION}-urgent"
 
@@ -71,6 +89,10 @@ class SlurmCluster:
     slurmd_port: int = field(default_factory=free_port)
     # Keep accounting (slurmdbd and its database): sacct then answers for ended jobs.
     accounting: bool = False
+    # Confine jobs with Slurm's cgroup plugins, so `--mem` is enforced. slurmd makes its
+    # cgroups under `/sys/fs/cgroup/<controller>/slurm_<node name>`, shared by every Slurm
+    # on the machine: give such a cluster node names of its own.
+    cgroups: bool = False
     # How long the controller keeps an ended job (then squeue no longer shows it).
     min_job_age_s: int = 900
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -119,8 +141,11 @@ class SlurmCluster:
                 else "AccountingStorageType=accounting_storage/none"
             ),
             min_job_age_s=self.min_job_age_s,
+            confinement=CGROUP_CONFINEMENT if self.cgroups else NO_CONFINEMENT,
         )
         self.conf.write_text(text)
+        if self.cgroups:
+            (self.root / "cgroup.conf").write_text(CGROUP_CONF)
 
     def start(self) -> None:
         began = time.monotonic()
@@ -330,6 +355,18 @@ class SlurmCluster:
                     proc.kill()
                     proc.wait(5)
         self._kill_step_daemons()
+        if self.cgroups:
+            self._remove_cgroups()
+
+    def _remove_cgroups(self) -> None:
+        """The (empty) cgroups slurmd left under /sys/fs/cgroup/*/slurm_<node>."""
+        for node in self.nodes:
+            for top in Path("/sys/fs/cgroup").glob(f"*/slurm_{node.name}"):
+                for directory in sorted(top.glob("**/"), key=lambda d: -len(d.parts)):
+                    try:
+                        directory.rmdir()
+                    except OSError:
+                        continue
 
     def _kill_step_daemons(self) -> None:
         """slurmstepd processes of this cluster that outlived their slurmd (they clear their
