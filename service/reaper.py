@@ -29,10 +29,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from redis import Redis
-from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import col
 
 from jobs.states import ACTIVE_STATES, ExitReason, JobState, NodeState
 from service.db import session_scope
@@ -47,6 +45,7 @@ from service.models import Job, utcnow
 from service.retention import prune_outputs
 from service.settings import Settings
 from service.store import (
+    QueuedShown,
     commit_end,
     end_attempt,
     find_jobs_on_queues,
@@ -55,6 +54,7 @@ from service.store import (
     find_queued_jobs,
     finish_node,
     queued_since,
+    show_queued,
 )
 
 log = logging.getLogger("launchbay.reaper")
@@ -155,17 +155,8 @@ def note_slurm_pending(engine: Engine, job: Job, tasks: Sequence[TaskStatus]) ->
     text = f"Slurm: {reason}" if reason else None
     if text == job.pending_reason:
         return
-    with session_scope(engine) as session:
-        session.execute(
-            update(Job)
-            .where(
-                col(Job.id) == job.id,
-                col(Job.attempt) == job.attempt,
-                col(Job.state) == JobState.QUEUED,
-            )
-            .values(pending_reason=text)
-        )
-        session.commit()
+    with engine.begin() as connection:
+        show_queued(connection, [QueuedShown(job.id, job.attempt, None, text)])
 
 
 def reap_lost_jobs(

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, exists, insert, select, update
+from sqlalchemy import Connection, exists, insert, select, update
 
 from jobs.states import JobState
 from service.models import Job, JobReservation
 from service.scheduling.capacity import ActiveReservation
 from service.scheduling.lease import Lease, fence
 from service.scheduling.planner import Placement, QueuedJob, RunningJob
+from service.store import PENDING_REASON_MAX, QueuedShown, show_queued
 
 _job = Job.__table__  # type: ignore[attr-defined]
 _reservation = JobReservation.__table__  # type: ignore[attr-defined]
@@ -248,17 +249,6 @@ def admit(
     return reserved
 
 
-_SHOW = (
-    update(_job)
-    .where(
-        _job.c.id == bindparam("b_id"),
-        _job.c.attempt == bindparam("b_attempt"),
-        _job.c.state == JobState.QUEUED.value,
-    )
-    .values(queue_position=bindparam("b_position"), pending_reason=bindparam("b_reason"))
-)
-
-
 def show_waiting(
     connection: Connection,
     previous: dict[str, WaitingRow],
@@ -269,14 +259,11 @@ def show_waiting(
     changes = []
     for position, (job, reason) in enumerate(waiting, start=1):
         before = previous.get(job.id)
-        reason = reason[:512]
+        reason = reason[:PENDING_REASON_MAX]
         if before is not None and before.position == position and before.reason == reason:
             continue
-        changes.append(
-            {"b_id": job.id, "b_attempt": job.attempt, "b_position": position, "b_reason": reason}
-        )
-    if changes:
-        connection.execute(_SHOW, changes)
+        changes.append(QueuedShown(job.id, job.attempt, position, reason))
+    show_queued(connection, changes)
     return len(changes)
 
 

@@ -60,7 +60,7 @@ class SlurmExecutor:
                 status = TaskStatus(name, live=False)
             else:
                 end = slurm_end(slurm.state, slurm.slurm_id, slurm.reason)
-                pending = slurm.reason if slurm.state.upper() == "PENDING" else None
+                pending = _pending_reason(slurm)
                 status = TaskStatus(name, live=end is None, ended=end, pending_reason=pending)
             described[job_id] = [status]
         return described
@@ -70,6 +70,14 @@ class SlurmExecutor:
 
     def cancel(self, job: Job) -> None:
         commands.scancel(slurm_job_name(job.id, job.attempt))
+
+
+def _pending_reason(job: commands.SlurmJob) -> str | None:
+    """Why Slurm keeps a PENDING allocation waiting; None before its scheduler has looked at
+    it (squeue's reason is then `None`)."""
+    if job.state.upper() != "PENDING" or job.reason in (None, "None"):
+        return None
+    return job.reason
 
 
 def _newest_first(jobs: list[commands.SlurmJob]) -> list[commands.SlurmJob]:

@@ -21,6 +21,8 @@ from service.store.checkpoints import (
     register_checkpoint,
 )
 from service.store.job_rows import (
+    PENDING_REASON_MAX,
+    QueuedShown,
     create_job,
     delete_job_rows,
     find_job_by_idempotency_key,
@@ -30,6 +32,7 @@ from service.store.job_rows import (
     list_jobs,
     queued_since,
     read_job_state,
+    show_queued,
     touch_job_heartbeat,
 )
 from service.store.lifecycle import (
@@ -78,6 +81,8 @@ __all__ = [
     "NewLogLine",
     "NewMetricPoint",
     "NodeSeat",
+    "PENDING_REASON_MAX",
+    "QueuedShown",
     "StreamRead",
     "StreamRow",
     "TakenJob",
@@ -120,6 +125,7 @@ __all__ = [
     "record_stacks",
     "register_checkpoint",
     "requeue_job",
+    "show_queued",
     "take_job",
     "touch_job_heartbeat",
     "transition_job",

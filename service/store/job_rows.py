@@ -1,10 +1,11 @@
 """Job rows outside the lifecycle's moves: create, find, list, heartbeat and delete."""
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, update
+from sqlalchemy import Connection, bindparam, delete, func, update
 from sqlmodel import Session, col, select
 
 from jobs.spec import JobSpec
@@ -175,6 +176,48 @@ def queued_since(session: Session, job_id: str, attempt: int) -> float | None:
     )
     value = session.exec(stmt).one()
     return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class QueuedShown:
+    """What a queued job shows while it waits: its place in the dispatcher's queue (1 first;
+    None on a queue the dispatcher does not order, e.g. Slurm's) and why it waits."""
+
+    job_id: str
+    attempt: int
+    position: int | None
+    reason: str | None
+
+
+PENDING_REASON_MAX = 512  # Job.pending_reason's length
+
+_SHOW_QUEUED = (
+    update(JOB_TABLE)
+    .where(
+        JOB_TABLE.c.id == bindparam("b_id"),
+        JOB_TABLE.c.attempt == bindparam("b_attempt"),
+        JOB_TABLE.c.state == JobState.QUEUED.value,
+    )
+    .values(queue_position=bindparam("b_position"), pending_reason=bindparam("b_reason"))
+)
+
+
+def show_queued(connection: Connection, shown: Sequence[QueuedShown]) -> None:
+    """Write each job's `queue_position` and `pending_reason`, only while it is still queued at
+    that attempt (a job taken or retried since keeps what it has). The one writer of a queued
+    job's pending reason: the dispatcher's (its queue) and the reaper's (Slurm's reason)."""
+    if not shown:
+        return
+    rows = [
+        {
+            "b_id": s.job_id,
+            "b_attempt": s.attempt,
+            "b_position": s.position,
+            "b_reason": s.reason[:PENDING_REASON_MAX] if s.reason is not None else None,
+        }
+        for s in shown
+    ]
+    connection.execute(_SHOW_QUEUED, rows)
 
 
 def touch_job_heartbeat(

@@ -3,8 +3,10 @@ devstack/slurm.py) driven over HTTP: `sbatch` starts the allocation, `srun` the 
 supervisor in it (worker.slurm_node), which runs torchrun as an RQ worker does.
 
 One cluster and one stack (API with its reaper, one RQ worker for the side-by-side job) serve
-the module; each test prints what it measured (`pytest -s`). Needs root and Debian's Slurm
-(scripts/install-slurm.sh); skipped otherwise.
+the module; each test prints what it measured (`pytest -s`). The cluster keeps accounting (a
+private slurmdbd and MariaDB) and forgets an ended job within seconds (`MinJobAge`), so
+`sacct` alone knows it then, as on a production cluster. Needs root and Debian's Slurm,
+slurmdbd and MariaDB (scripts/install-slurm.sh); skipped otherwise.
 """
 
 import json
@@ -19,6 +21,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+from sqlalchemy import create_engine, text
 
 from tests.conftest import make_stack
 from tests.support.procs import job_processes, wait_until
@@ -46,13 +49,16 @@ def synthetic(name: str, queue: str = QUEUE, **fields: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    reason = unavailable()
+    reason = unavailable(accounting=True)
     if reason is not None:
         pytest.skip(reason)
-    running = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    running = SlurmCluster(tmp_path_factory.mktemp("slurm"), accounting=True, min_job_age_s=2)
     try:
         running.start()
-        print(f"\nprivate Slurm up in {running.started_in_s:.2f} s")
+        print(
+            f"\nprivate Slurm up in {running.started_in_s:.2f} s, of which accounting "
+            f"(MariaDB, slurmdbd) {running.accounting_started_in_s:.2f} s"
+        )
         yield running
     finally:
         running.stop()
@@ -93,16 +99,35 @@ def submit(http: httpx.Client, spec: dict[str, Any]) -> str:
     return str(response.json()["id"])
 
 
-def slurm_jobs(cluster: SlurmCluster, job_id: str) -> list[str]:
-    """`state|reason` of the Slurm jobs of a Launchbay job, as squeue shows them."""
+def _slurm_records(cluster: SlurmCluster, argv: list[str], job_id: str) -> dict[int, str]:
     out = subprocess.run(
-        ["squeue", "-h", "--states=all", "-o", "%j|%T|%r"],
-        env={**os.environ, **cluster.env()},
-        capture_output=True,
-        text=True,
-        timeout=20,
+        argv, env={**os.environ, **cluster.env()}, capture_output=True, text=True, timeout=20
     ).stdout
-    return [line.split("|", 1)[1] for line in out.splitlines() if f"-{job_id}-" in line]
+    found = {}
+    for line in out.splitlines():
+        slurm_id, name, state, reason = line.split("|", 3)
+        if f"-{job_id}-" in name:
+            found[int(slurm_id)] = f"{state.split()[0]}|{reason}"  # sacct: "CANCELLED by 0"
+    return found
+
+
+def squeue_jobs(cluster: SlurmCluster, job_id: str) -> list[str]:
+    """`STATE|reason` of the Slurm jobs of a Launchbay job the controller still holds."""
+    held = _slurm_records(cluster, ["squeue", "-h", "--states=all", "-o", "%i|%j|%T|%r"], job_id)
+    return [held[k] for k in sorted(held)]
+
+
+def slurm_states(cluster: SlurmCluster, job_id: str) -> list[str]:
+    """The states of the Slurm jobs of a Launchbay job, oldest first: as squeue shows them, or
+    as accounting recorded those the controller has forgotten (MinJobAge after their end)."""
+    recorded = _slurm_records(
+        cluster,
+        ["sacct", "-n", "-P", "-X", "--starttime=now-1days", "-oJobID,JobName,State,Reason"],
+        job_id,
+    )
+    held = _slurm_records(cluster, ["squeue", "-h", "--states=all", "-o", "%i|%j|%T|%r"], job_id)
+    merged = {**recorded, **held}
+    return [merged[k].split("|")[0] for k in sorted(merged)]
 
 
 def rank_processes(job_id: str) -> list[psutil.Process]:
@@ -162,7 +187,7 @@ def test_a_two_rank_job_runs_through_sbatch_like_an_rq_job(
     for job in (slurm_job, rq_job):
         print(f"\n{job['name']}: {job['created_at']} {job['started_at']} {job['finished_at']}")
     # The supervisor exits once it has recorded the end; then the allocation ends.
-    assert wait_until(lambda: slurm_jobs(cluster, on_slurm) == ["COMPLETED|None"], timeout=30)
+    assert wait_until(lambda: slurm_states(cluster, on_slurm) == ["COMPLETED"], timeout=30)
     # What users see is the same as for the job an RQ worker ran.
     for field in ("state", "exit_reason", "exit_code", "attempt", "progress"):
         assert slurm_job[field] == rq_job[field], field
@@ -200,6 +225,88 @@ def test_dry_run_prints_the_sbatch_script_and_submits_nothing(
     assert http.get("/v1/jobs").json()["total"] == before
 
 
+def fill_the_node(cluster: SlurmCluster, tmp_path: Path) -> str:
+    """Someone else's allocation of every CPU of the node, running; its Slurm id."""
+    blocker = cluster.sbatch(
+        f"--partition={PARTITION}",
+        "--exclusive",
+        f"--output={tmp_path / 'blocker.out'}",
+        "--wrap=sleep 600",
+    )
+    assert wait_until(lambda: cluster.job_state(blocker) == "RUNNING", timeout=30)
+    return blocker
+
+
+def test_a_job_slurm_keeps_waiting_is_queued_with_slurms_reason_then_runs(
+    stack: Stack, cluster: SlurmCluster, http: httpx.Client, tmp_path: Path
+) -> None:
+    blocker = fill_the_node(cluster, tmp_path)
+    try:
+        spec = synthetic("slurm-waits", nproc_per_node=1, config={"epochs": 1, "num_samples": 32})
+        job_id = submit(http, spec)
+
+        def shows_slurms_reason() -> bool:
+            job = http.get(f"/v1/jobs/{job_id}").json()
+            held = squeue_jobs(cluster, job_id)
+            return (
+                job["state"] == "queued"
+                and len(held) == 1
+                and held[0].startswith("PENDING|")
+                and job["pending_reason"] == "Slurm: " + held[0].split("|", 1)[1]
+            )
+
+        assert wait_until(shows_slurms_reason, timeout=30), (
+            http.get(f"/v1/jobs/{job_id}").json(),
+            squeue_jobs(cluster, job_id),
+        )
+        # The node is full: Slurm waits for resources (it says so before any other reason).
+        assert http.get(f"/v1/jobs/{job_id}").json()["pending_reason"] == "Slurm: Resources"
+    finally:
+        cluster.scancel(blocker)
+    job = stack.wait_for_state(http, job_id, {"succeeded"}, timeout=120)
+    assert job["pending_reason"] is None and job["attempt"] == 1
+    assert wait_until(lambda: slurm_states(cluster, job_id) == ["COMPLETED"], timeout=30)
+
+
+def test_a_job_slurm_ended_and_forgot_while_the_reaper_was_away_is_found_through_sacct(
+    stack: Stack, cluster: SlurmCluster, http: httpx.Client, tmp_path: Path
+) -> None:
+    """The allocation ends in Slurm (an operator cancels it while it waits) with nobody of
+    Launchbay told, and the controller forgets it (MinJobAge) before the reaper looks: only
+    accounting knows how it ended, and the reaper records that."""
+    blocker = fill_the_node(cluster, tmp_path)
+    try:
+        job_id = submit(http, synthetic("slurm-forgotten", nproc_per_node=1))
+        assert wait_until(lambda: http.get(f"/v1/jobs/{job_id}").json()["pending_reason"], 30)
+        stack.stop_api()  # and the reaper that runs in it
+        try:
+            cluster.scancel(f"--name=launchbay-{job_id}-1")
+            assert wait_until(lambda: not squeue_jobs(cluster, job_id), timeout=60)
+            assert slurm_states(cluster, job_id) == ["CANCELLED"]  # from sacct alone
+            assert stored_state(stack, job_id) == "queued"
+        finally:
+            stack.start_api()
+    finally:
+        cluster.scancel(blocker)
+    job = stack.wait_for_state(http, job_id, {"cancelled"}, timeout=30)
+    assert job["exit_reason"] == "cancelled", job
+    assert "ended CANCELLED" in job["message"], job["message"]
+
+
+def stored_state(stack: Stack, job_id: str) -> str:
+    """The job's state as the database holds it, read while the API is down."""
+    engine = create_engine(stack.database_url)
+    try:
+        with engine.connect() as connection:
+            return str(
+                connection.execute(
+                    text("SELECT state FROM job WHERE id = :id"), {"id": job_id}
+                ).scalar_one()
+            )
+    finally:
+        engine.dispose()
+
+
 def running_ranks(
     stack: Stack, http: httpx.Client, job_id: str, ranks: int = 2
 ) -> list[psutil.Process]:
@@ -231,9 +338,8 @@ def test_cancel_stops_the_allocation_and_leaves_no_process(
     assert took <= GRACE_S + 5, took
     # The allocation is over too: the supervisor left, or the reaper's scancel ended it.
     assert wait_until(
-        lambda: slurm_jobs(cluster, job_id) in (["COMPLETED|None"], ["CANCELLED|None"]),
-        timeout=30,
-    ), slurm_jobs(cluster, job_id)
+        lambda: slurm_states(cluster, job_id) in (["COMPLETED"], ["CANCELLED"]), timeout=30
+    ), slurm_states(cluster, job_id)
     print(f"\nslurm cancel: cancelled {took:.2f} s after POST cancel (grace {GRACE_S} s)")
 
 
@@ -262,7 +368,7 @@ def test_the_slurm_time_limit_ends_the_job_as_a_timeout(
     assert job["exit_reason"] == "timeout", job
     assert "TIMEOUT" in job["message"], job["message"]
     assert wait_until(lambda: not job_processes(job_id), timeout=5)
-    assert slurm_jobs(cluster, job_id) == ["TIMEOUT|TimeLimit"]
+    assert slurm_states(cluster, job_id) == ["TIMEOUT"]
 
 
 def test_a_preempted_job_is_queued_again_and_resumes_from_its_checkpoint(
@@ -285,7 +391,7 @@ def test_a_preempted_job_is_queued_again_and_resumes_from_its_checkpoint(
         f"--output={tmp_path / 'urgent.out'}",
         "--wrap=sleep 1",
     )
-    assert wait_until(lambda: slurm_jobs(cluster, job_id)[:1] == ["PREEMPTED|None"], 60)
+    assert wait_until(lambda: slurm_states(cluster, job_id)[:1] == ["PREEMPTED"], 60)
     job = stack.wait_for_state(http, job_id, {"succeeded"}, timeout=120)
     assert job["attempt"] == 2, job
     events = http.get(f"/v1/jobs/{job_id}/events", timeout=30).text

@@ -271,3 +271,11 @@ def test_a_queued_slurm_job_says_why_slurm_keeps_it_waiting(env: Env) -> None:
     assert env.get(running).pending_reason is None
     note_slurm_pending(env.engine, env.get(queued), [TaskStatus(queued, live=True)])
     assert env.get(queued).pending_reason is None
+    # However long Slurm's reason, what is stored fits the column.
+    long = [TaskStatus(queued, live=True, pending_reason="x" * 2000)]
+    note_slurm_pending(env.engine, env.get(queued), long)
+    assert env.get(queued).pending_reason == "Slurm: " + "x" * (512 - len("Slurm: "))
+    # A look taken at an attempt since superseded changes nothing.
+    stale = env.get(queued).model_copy(update={"attempt": 7, "pending_reason": None})
+    note_slurm_pending(env.engine, stale, pending)
+    assert (env.get(queued).pending_reason or "").startswith("Slurm: xxx")

@@ -224,6 +224,22 @@ def test_describe_reads_squeue_then_sacct_and_takes_the_newest(
     assert unknown == TaskStatus(names[2], live=False)
 
 
+def test_a_pending_allocation_not_yet_scheduled_gives_no_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """squeue says `None` until Slurm's scheduler has looked at a new allocation: the job
+    shows no pending reason then, not "Slurm: None"."""
+    [queued] = [job("hpc")]
+    name = slurm_job_name(queued.id, queued.attempt)
+    answer = [commands.SlurmJob("7", name, "PENDING", "None")]
+    monkeypatch.setattr(commands, "squeue", lambda asked: answer)
+    executor = SlurmExecutor({"hpc": QUEUE}, data_dir=Path("/data"), grace_s=10)
+    assert executor.describe([queued])[queued.id] == [TaskStatus(name, live=True)]
+    answer[0] = commands.SlurmJob("7", name, "PENDING", "Priority")
+    [status] = executor.describe([queued])[queued.id]
+    assert status.pending_reason == "Priority"
+
+
 class Recording:
     """An executor that notes what it was asked."""
 
