@@ -5,7 +5,6 @@ import math
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
-from sqlalchemy import Row
 
 from service import store
 from service.deps import MAX_SEQ, OwnedJob, SessionDep
@@ -50,7 +49,7 @@ def _downsampled(
     """Encoded here, in `MetricsPublic`'s shape: a page of charts holds thousands of points,
     and validating each through the response model cost more than reading it (F4)."""
     names = [name] if name is not None else store.metric_names(session, job_id)
-    rows: list[Row[Any]] = []
+    rows: list[Any] = []  # rows of `POINT_COLUMNS`, unpacked below
     for each in names:
         rows += store.downsample(session, job_id, each, last_seq=last_seq, max_points=max_points)
     rows.sort(key=lambda row: row.seq)
