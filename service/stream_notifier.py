@@ -18,6 +18,9 @@ is kept for the streams that come to the same position a little later (rows up t
 `last_seq` never change, so such a read stays true); a read that found nothing is shared only
 by streams woken no later than it began. After a read, a stream that reached the job's
 position as last polled waits for the next change instead of reading again to find nothing.
+With a `prefetch` (the app's: the events route's read), the poller itself reads a job's new
+rows after the position it last saw, in the same thread hop as the positions, before it wakes
+the job's streams: those that were caught up find the read done and send at once.
 
 Why a poller and not PostgreSQL's LISTEN/NOTIFY or Redis pub/sub: a job's rows are written by
 other processes (workers on other hosts, the reaper, other API processes) on SQLite as on
@@ -56,6 +59,8 @@ IDLE_FACTOR = 5
 KEPT_READS_PER_JOB = 16
 # The generation of a kept read: newer than any change, so every later stream may share it.
 KEPT = 2**62
+# At most this many jobs' new rows read by the poller a tick (the others' streams read them).
+PREFETCH_PER_TICK = 32
 JOB = Job.__table__  # type: ignore[attr-defined]
 POSITIONS = select(JOB.c.id, JOB.c.last_seq).where(JOB.c.id.in_(bindparam("ids", expanding=True)))
 
@@ -87,16 +92,25 @@ class Subscription:
 class StreamNotifier:
     """The poller and its subscriptions, owned by the app (started in its lifespan)."""
 
-    def __init__(self, engine: Engine, interval_s: float) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        interval_s: float,
+        prefetch: Callable[[str, int], Any] | None = None,
+    ) -> None:
+        """`prefetch(job_id, after)`: a stream's read of the job's rows after `after`, run in
+        the poller's thread; None when it found nothing to share, LookupError when the job is
+        gone."""
         self.engine = engine
         self.interval_s = interval_s
+        self._prefetch = prefetch
         self._subscriptions: dict[str, set[Subscription]] = defaultdict(set)
         # last_seq of each watched job when last polled (None: gone); absent: not seen yet.
         self._seen: dict[str, int | None] = {}
         # How many times each watched job was seen to change: a read started at generation g
         # saw every row committed before the change numbered g was noticed.
         self._generation: dict[str, int] = defaultdict(int)
-        self._reads: dict[tuple[str, int], tuple[int, asyncio.Task[Any]]] = {}
+        self._reads: dict[tuple[str, int], tuple[int, asyncio.Future[Any]]] = {}
         # The `after` of each job's kept reads, oldest first.
         self._kept: dict[str, list[int]] = defaultdict(list)
         self._last_change = 0.0
@@ -155,7 +169,8 @@ class StreamNotifier:
         job_ids = list(self._subscriptions)
         if not job_ids:
             return False
-        now = await anyio.to_thread.run_sync(read_positions, self.engine, job_ids)
+        seen = {job_id: self._seen.get(job_id) for job_id in job_ids}
+        now, fetched = await anyio.to_thread.run_sync(self._read_changes, seen)
         self.polls += 1
         changed = False
         for job_id in job_ids:
@@ -163,11 +178,33 @@ class StreamNotifier:
             if job_id in self._seen and self._seen[job_id] == position:
                 continue
             changed = True
+            previous = self._seen.get(job_id)
+            if job_id in fetched and previous is not None and self._shareable(job_id, previous):
+                done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                done.set_result(fetched[job_id])
+                self._keep((job_id, previous), done)
             self._seen[job_id] = position
             self._generation[job_id] += 1
             for subscription in self._subscriptions.get(job_id, ()):
                 subscription.notify()
         return changed
+
+    def _read_changes(self, seen: dict[str, int | None]) -> tuple[dict[str, int], dict[str, Any]]:
+        """(in a thread) The positions of the jobs in `seen`, and the prefetched rows of those
+        that moved on from a position seen before."""
+        now = read_positions(self.engine, list(seen))
+        fetched: dict[str, Any] = {}
+        if self._prefetch is None:
+            return now, fetched
+        for job_id, position in now.items():
+            before = seen[job_id]
+            if before is None or position <= before or len(fetched) >= PREFETCH_PER_TICK:
+                continue
+            with contextlib.suppress(LookupError):  # deleted since: its streams find out
+                result = self._prefetch(job_id, before)
+                if result is not None:
+                    fetched[job_id] = result
+        return now, fetched
 
     def generation(self, job_id: str) -> int:
         return self._generation.get(job_id, 0)
@@ -212,7 +249,16 @@ class StreamNotifier:
         if not keep(task.result()):
             del self._reads[key]
             return
-        self._reads[key] = (KEPT, task)
+        self._keep(key, task)
+
+    def _shareable(self, job_id: str, after: int) -> bool:
+        """Whether no read kept for every stream is there yet at (`job_id`, `after`)."""
+        return self._reads.get((job_id, after), (0, None))[0] != KEPT
+
+    def _keep(self, key: tuple[str, int], done: asyncio.Future[Any]) -> None:
+        """Share the finished read at `key` with every later stream of the job too."""
+        job_id, after = key
+        self._reads[key] = (KEPT, done)
         kept = self._kept[job_id]
         kept.append(after)
         while len(kept) > KEPT_READS_PER_JOB:

@@ -75,7 +75,7 @@ async def _follow(
                     batch = await notifier.shared_read(
                         job_id,
                         after,
-                        partial(anyio.to_thread.run_sync, _read, engine, job_id, after),
+                        partial(anyio.to_thread.run_sync, read_batch, engine, job_id, after),
                         keep=_found_rows,
                     )
                 except LookupError:
@@ -95,7 +95,13 @@ def _found_rows(batch: Batch) -> bool:
     return batch.events > 0
 
 
-def _read(engine: Engine, job_id: str, cursor: int) -> Batch:
+def prefetch_batch(engine: Engine, job_id: str, cursor: int) -> Batch | None:
+    """The notifier's read for the streams of a job that moved (None: nothing to share)."""
+    batch = read_batch(engine, job_id, cursor)
+    return batch if _found_rows(batch) else None
+
+
+def read_batch(engine: Engine, job_id: str, cursor: int) -> Batch:
     with Session(engine) as session:
         read = store.read_stream(session, job_id, after=cursor)
     frames: list[str] = []

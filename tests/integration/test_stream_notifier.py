@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -183,22 +184,26 @@ def parse_frames(chunks: list[bytes]) -> list[tuple[int, str, dict[str, Any]]]:
     return frames
 
 
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetched", "read-by-streams"])
 @pytest.mark.parametrize("database_url", ["sqlite", "postgres"], indirect=True)
 def test_streams_of_one_job_share_each_read_and_each_gets_every_row_once(
-    engine: Engine, settings: Settings
+    engine: Engine, settings: Settings, prefetch: bool
 ) -> None:
     """Thirty streams follow one job (some from its start, some resumed mid-way, some joining
     while it writes) while another process writes to it: each gets every row after its own
     cursor exactly once, in order, and the job's rows are read about once per change, not
-    once per stream."""
-    from service.routes.events import _follow
+    once per stream; whether the poller reads a moved job's rows itself (as the app's does)
+    or its streams do."""
+    from service.routes.events import _follow, prefetch_batch
 
     job_id = running_job(engine)
     statements = count_statements(engine)
     writes = 6
 
     async def scenario() -> dict[str, list[bytes]]:
-        notifier = StreamNotifier(engine, interval_s=0.05)
+        notifier = StreamNotifier(
+            engine, interval_s=0.05, prefetch=partial(prefetch_batch, engine) if prefetch else None
+        )
         notifier.start()
         received: dict[str, list[bytes]] = {}
 
