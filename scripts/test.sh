@@ -5,11 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-# The browser tests drive Debian's Chromium, the Slurm tests Debian's Slurm; as root, install
-# them when missing.
+# The browser tests drive Debian's Chromium, the Slurm tests Debian's Slurm, the pooled
+# deployment's test Debian's PgBouncer; as root, install them when missing.
 if [ "$(id -u)" = 0 ]; then
   scripts/install-browser.sh
   scripts/install-slurm.sh
+  scripts/install-pgbouncer.sh
 fi
 # Two test processes (pytest-xdist), each test file kept whole in one of them (its module
 # fixtures are started once): most of a test's time is spent waiting on processes it started.

@@ -3,6 +3,7 @@
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 from fastapi import Depends, FastAPI
@@ -97,7 +98,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         dispatcher = DispatcherThread(app.state.engine, settings)
         if settings.scheduler == "dispatcher":
             dispatcher.start()
-        app.state.stream_notifier = StreamNotifier(app.state.engine, settings.stream_poll_s)
+        app.state.stream_notifier = StreamNotifier(
+            app.state.engine,
+            settings.stream_poll_s,
+            prefetch=partial(events.prefetch_batch, app.state.engine),
+        )
         app.state.stream_notifier.start()
         try:
             yield

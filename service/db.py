@@ -42,10 +42,16 @@ def make_engine(url: str, *, pooled: bool = True) -> Engine:
         )
         event.listen(engine, "connect", _tune_sqlite)
         return engine
+    # No server-side prepared statements (psycopg prepares a query it ran 5 times on that
+    # connection): behind PgBouncer in transaction mode the next transaction may get another
+    # server connection, which has no such statement (docs/deployment.md, "PgBouncer").
+    unprepared = {"prepare_threshold": None} if parsed.get_driver_name() == "psycopg" else {}
     if not pooled:
-        return create_engine(url, poolclass=NullPool)
+        return create_engine(url, poolclass=NullPool, connect_args=unprepared)
     # More connections than the API's 40 worker threads, for the same reason as above.
-    return create_engine(url, pool_pre_ping=True, pool_size=20, max_overflow=40)
+    return create_engine(
+        url, pool_pre_ping=True, pool_size=20, max_overflow=40, connect_args=unprepared
+    )
 
 
 def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:

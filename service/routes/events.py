@@ -50,9 +50,11 @@ async def stream_events(
 
 @dataclass(frozen=True)
 class Batch:
-    """One read of a job's stream, formatted once for every stream that shares it."""
+    """One read of a job's stream, encoded once as the SSE bytes every stream that shares it
+    sends (one write per read to each client, not one per event)."""
 
-    events: list[dict[str, Any]]
+    payload: bytes
+    events: int
     cursor: int
     ended: bool
     terminal: bool
@@ -60,24 +62,27 @@ class Batch:
 
 async def _follow(
     engine: Engine, notifier: StreamNotifier, job_id: str, cursor: int
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[bytes]:
     # Subscribed before the first read: a row committed after that read wakes the wait.
     with notifier.watch(job_id) as subscription:
+        read_anyway = True  # the first read, and one after a wait that timed out
         while True:
-            await subscription.wait(REREAD_S)
-            while True:
+            read_anyway = not await subscription.wait(REREAD_S) or read_anyway
+            while read_anyway or not notifier.reached(job_id, cursor):
+                read_anyway = False
                 after = cursor
                 try:
                     batch = await notifier.shared_read(
                         job_id,
                         after,
-                        partial(anyio.to_thread.run_sync, _read, engine, job_id, after),
+                        partial(anyio.to_thread.run_sync, read_batch, engine, job_id, after),
+                        keep=_found_rows,
                     )
                 except LookupError:
                     return  # the job was deleted while followed
                 cursor = batch.cursor
-                for event in batch.events:
-                    yield event
+                if batch.payload:
+                    yield batch.payload
                 if batch.terminal:
                     return
                 if not batch.events:
@@ -86,16 +91,35 @@ async def _follow(
                     break
 
 
-def _read(engine: Engine, job_id: str, cursor: int) -> Batch:
+def _found_rows(batch: Batch) -> bool:
+    return batch.events > 0
+
+
+def prefetch_batch(engine: Engine, job_id: str, cursor: int) -> Batch | None:
+    """The notifier's read for the streams of a job that moved (None: nothing to share)."""
+    batch = read_batch(engine, job_id, cursor)
+    return batch if _found_rows(batch) else None
+
+
+def read_batch(engine: Engine, job_id: str, cursor: int) -> Batch:
     with Session(engine) as session:
         read = store.read_stream(session, job_id, after=cursor)
-    events = []
+    frames: list[str] = []
     for row in read.rows:
         kind, data = stream_event(row)
-        events.append({"id": str(row.seq), "event": kind, "data": json.dumps(data)})
+        frames.append(sse_frame(row.seq, kind, data))
         if kind == "state" and JobState(data["state"]).is_terminal():
-            return Batch(events, row.seq, read.ended, terminal=True)
-    return Batch(events, read.cursor, read.ended, terminal=False)
+            return Batch(_encode(frames), len(frames), row.seq, read.ended, terminal=True)
+    return Batch(_encode(frames), len(frames), read.cursor, read.ended, terminal=False)
+
+
+def sse_frame(seq: int, kind: str, data: dict[str, Any]) -> str:
+    """One event as sse_starlette writes it (CRLF line ends); JSON holds no line break."""
+    return f"id: {seq}\r\nevent: {kind}\r\ndata: {json.dumps(data)}\r\n\r\n"
+
+
+def _encode(frames: list[str]) -> bytes:
+    return "".join(frames).encode()
 
 
 @router.get("/{job_id}/timeline")

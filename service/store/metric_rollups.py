@@ -3,9 +3,11 @@ and the downsampled series read back from them (`GET …/metrics?max_points=N`).
 
 A bucket holds the seqs `[bucket * width, (bucket + 1) * width)` of a job; `WIDTHS` go from
 fine to coarse by a factor of 4. A read of at most N points picks the finest width whose
-buckets up to the job's last seq number at most 2N, merges neighbouring buckets into N / 2
-groups (each gives its minimum and its maximum point), then fetches those points by seq: at
-most N index lookups, whatever the job's length. Series with at most N points are answered
+buckets up to the job's last seq number at most N, merges neighbouring buckets into at most
+N / 2 groups (each gives its minimum and its maximum point), then fetches those points by seq:
+at most N rollup rows and N index lookups, whatever the job's length, for a chart of N / 2 to
+N points. (Allowing 2N rollup rows keeps charts nearer N points but reads up to four times the
+rows: docs/benchmarks.md, "Flat costs", F4.) Series with at most N points are answered
 as they are.
 """
 
@@ -115,8 +117,8 @@ def downsample(
     if session.exec(select(func.count()).select_from(head)).one() <= max_points:
         return list(session.execute(base.order_by(col(MetricPoint.seq))).all())
     buckets = max(1, max_points // 2)
-    # The finest width with at most four times the buckets wanted, merged below to `buckets`.
-    width = next((w for w in WIDTHS if last_seq // w + 1 <= 4 * buckets), WIDTHS[-1])
+    # The finest width with at most twice the buckets wanted, merged below to `buckets`.
+    width = next((w for w in WIDTHS if last_seq // w + 1 <= 2 * buckets), WIDTHS[-1])
     stmt = select(
         MetricRollup.min_value, MetricRollup.min_seq, MetricRollup.max_value, MetricRollup.max_seq
     ).where(MetricRollup.job_id == job_id, MetricRollup.width == width, MetricRollup.name == name)

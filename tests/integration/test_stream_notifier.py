@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -171,3 +172,73 @@ def test_a_stream_resumes_exactly_and_is_woken_by_a_later_write(
     assert events[-1]["event"] == "state" and events[-1]["data"]["state"] == "succeeded"
     # A stream resumed at the end answers at once and ends.
     assert read_events(api, job_id, {"Last-Event-ID": str(seqs[-1])}) == []
+
+
+def parse_frames(chunks: list[bytes]) -> list[tuple[int, str, dict[str, Any]]]:
+    """(id, event, data) of each SSE frame in the chunks a stream sent."""
+    frames = []
+    for frame in b"".join(chunks).decode().split("\r\n\r\n"):
+        if frame:
+            fields = dict(line.split(": ", 1) for line in frame.split("\r\n"))
+            frames.append((int(fields["id"]), fields["event"], json.loads(fields["data"])))
+    return frames
+
+
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetched", "read-by-streams"])
+@pytest.mark.parametrize("database_url", ["sqlite", "postgres"], indirect=True)
+def test_streams_of_one_job_share_each_read_and_each_gets_every_row_once(
+    engine: Engine, settings: Settings, prefetch: bool
+) -> None:
+    """Thirty streams follow one job (some from its start, some resumed mid-way, some joining
+    while it writes) while another process writes to it: each gets every row after its own
+    cursor exactly once, in order, and the job's rows are read about once per change, not
+    once per stream; whether the poller reads a moved job's rows itself (as the app's does)
+    or its streams do."""
+    from service.routes.events import _follow, prefetch_batch
+
+    job_id = running_job(engine)
+    statements = count_statements(engine)
+    writes = 6
+
+    async def scenario() -> dict[str, list[bytes]]:
+        notifier = StreamNotifier(
+            engine, interval_s=0.05, prefetch=partial(prefetch_batch, engine) if prefetch else None
+        )
+        notifier.start()
+        received: dict[str, list[bytes]] = {}
+
+        async def follow(label: str, cursor: int) -> None:
+            chunks = received.setdefault(label, [])
+            async for chunk in _follow(engine, notifier, job_id, cursor):
+                chunks.append(chunk)
+
+        try:
+            followers = [asyncio.create_task(follow(f"start-{i}", 0)) for i in range(20)]
+            followers += [asyncio.create_task(follow(f"resumed-{i}", 2)) for i in range(5)]
+            for n in range(writes):
+                await asyncio.to_thread(
+                    write_from_another_process,
+                    settings.resolved_database_url,
+                    job_id,
+                    n == writes - 1,
+                )
+                if n == 2:  # joining while the job writes, at the seq just read
+                    followers += [asyncio.create_task(follow(f"late-{i}", 0)) for i in range(5)]
+                await asyncio.sleep(0.2)
+            await asyncio.wait_for(asyncio.gather(*followers), 30)
+        finally:
+            await notifier.stop()
+        return received
+
+    received = asyncio.run(scenario())
+    # The job's seqs: queued, starting, running, 6 lines, succeeded.
+    everything = list(range(1, 4 + writes + 1))
+    for label, chunks in received.items():
+        seqs = [seq for seq, _, _ in parse_frames(chunks)]
+        assert seqs == (everything[2:] if label.startswith("resumed") else everything), label
+        assert parse_frames(chunks)[-1][2]["state"] == "succeeded"
+    assert len(received) == 30
+    # Reads of the job's log lines: one per change (and a few for streams that joined or
+    # resumed elsewhere), not one per stream and change (which would be over 150).
+    line_reads = [s for s in statements if "FROM log_line" in s]
+    assert len(line_reads) <= 3 * (writes + 2)
