@@ -68,7 +68,9 @@ ALLOW_CPU_FALLBACK_ENV = "LAUNCHBAY_ALLOW_CPU_FALLBACK"
 STDERR_CHARS = 2000
 
 _CUDA_PROBE = """\
-import json, torch
+import json, sys, torch
+if torch.version.cuda is None:
+    print(f"torch {torch.__version__} is a build without CUDA", file=sys.stderr)
 available = torch.cuda.is_available()
 count = torch.cuda.device_count() if available else 0
 uuids = []

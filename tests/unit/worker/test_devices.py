@@ -232,9 +232,13 @@ def test_the_probe_reports_the_gpus_uuids() -> None:
 
 
 def test_the_real_probe_answers_here() -> None:
+    import torch
+
     info = probe_cuda(sys.executable)
     assert info.available == (info.device_count > 0)
     assert len(info.uuids) in (0, info.device_count)
+    if torch.version.cuda is None:  # an image built with the CPU wheels, on a GPU host too
+        assert info.error == f"torch {torch.__version__} is a build without CUDA"
 
 
 NO_CUDA = CudaInfo(False, 0, error=DRIVER_TOO_OLD)
