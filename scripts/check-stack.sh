@@ -90,8 +90,44 @@ check_multinode_profile() {
         sed 's/^ *//' <<<"$service" | grep -qxF -- "$expected" \
             || fail "worker-multinode lacks '$expected' (docs/multi-node.md)"
     done
+    local python=python3
+    [[ -x .venv/bin/python ]] && python=.venv/bin/python
+    "$python" -c "$MULTINODE_STRUCTURE" <<<"$rendered" \
+        || fail "docker-compose.yml: the multi-node profile is incomplete (docs/multi-node.md)"
+    # Unset on a host: no interface of Docker's own for NCCL, and no worker host name that
+    # only the container knows (an empty one makes the worker refuse to start).
+    if ! rendered="$(env LAUNCHBAY_HEAD_ADDR=10.0.0.1 POSTGRES_PASSWORD=example \
+        REDIS_PASSWORD=example LAUNCHBAY_WORKER_HOST= NCCL_SOCKET_IFNAME= GLOO_SOCKET_IFNAME= \
+        docker-compose -f docker-compose.yml --profile multi-node config 2>/dev/null)"; then
+        fail "the multi-node profile of docker-compose.yml is invalid without the interfaces"
+    fi
+    "$python" -c '
+import sys, yaml
+env = yaml.safe_load(sys.stdin)["services"]["worker-multinode"]["environment"]
+nccl, host = env["NCCL_SOCKET_IFNAME"], env.get("LAUNCHBAY_WORKER_HOST")
+if not nccl.startswith("^") or not {"docker", "lo", "veth", "br-"} <= set(nccl[1:].split(",")):
+    sys.exit(f"NCCL_SOCKET_IFNAME defaults to {nccl!r}")
+if host:
+    sys.exit(f"LAUNCHBAY_WORKER_HOST defaults to {host!r}")
+' <<<"$rendered" || fail "docker-compose.yml: the multi-node profile's defaults are unsafe"
     echo "check-stack: docker-compose.yml profile multi-node ok"
 }
+
+# The multi-node worker as data: pinned memory unlimited (RDMA), the GPUs reserved, and no
+# published ports or networks (it is in the host's network).
+MULTINODE_STRUCTURE='
+import sys, yaml
+worker = yaml.safe_load(sys.stdin)["services"]["worker-multinode"]
+memlock = (worker.get("ulimits") or {}).get("memlock") or {}
+if memlock != {"soft": -1, "hard": -1}:
+    sys.exit(f"ulimits.memlock is {memlock!r}, not unlimited")
+devices = worker["deploy"]["resources"]["reservations"]["devices"]
+if not any(d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", []) for d in devices):
+    sys.exit("no NVIDIA GPU reservation")
+for key in ("ports", "networks"):
+    if worker.get(key):
+        sys.exit(f"{key} set beside network_mode: host")
+'
 
 # Hosts with no shared disk (docs/deployment.md): the object-store profile adds MinIO and the
 # job that makes the bucket, and the api and workers get the store's settings.

@@ -20,7 +20,8 @@ not exclusive.
 A worker that should have GPUs (`--gpus`, the NVIDIA driver's `/dev/nvidiactl`, a container
 given GPUs by `NVIDIA_VISIBLE_DEVICES`) but finds CUDA unusable refuses to start
 (`check_cuda_usable`), with the probe's error, rather than quietly run its jobs on CPU;
-`LAUNCHBAY_ALLOW_CPU_FALLBACK` lets it, and `--slots` asks for a CPU worker on purpose.
+`LAUNCHBAY_ALLOW_CPU_FALLBACK` lets it, and `--slots` asks for a CPU worker on purpose (one
+that hides the host's GPUs from itself and its jobs).
 """
 
 import json
@@ -67,7 +68,9 @@ ALLOW_CPU_FALLBACK_ENV = "LAUNCHBAY_ALLOW_CPU_FALLBACK"
 STDERR_CHARS = 2000
 
 _CUDA_PROBE = """\
-import json, torch
+import json, sys, torch
+if torch.version.cuda is None:
+    print(f"torch {torch.__version__} is a build without CUDA", file=sys.stderr)
 available = torch.cuda.is_available()
 count = torch.cuda.device_count() if available else 0
 uuids = []
@@ -258,7 +261,9 @@ def choose_devices(gpus: Sequence[str] | None, cpu_slots: int | None) -> WorkerD
 
     Given GPUs become this process's `CUDA_VISIBLE_DEVICES` at once, before CUDA is asked
     about (`detect_cuda`), so that the worker and every job it runs see only them; CUDA
-    numbers them in PCI bus order (`CUDA_DEVICE_ORDER`), as nvidia-smi does.
+    numbers them in PCI bus order (`CUDA_DEVICE_ORDER`), as nvidia-smi does. Given CPU slots
+    hide every GPU the same way (`CUDA_VISIBLE_DEVICES` empty): a CPU worker on a GPU host
+    must not run its jobs on GPUs that other workers own.
     """
     os.environ[DEVICE_ORDER_ENV] = DEVICE_ORDER
     if gpus and cpu_slots is not None:
@@ -269,6 +274,7 @@ def choose_devices(gpus: Sequence[str] | None, cpu_slots: int | None) -> WorkerD
     if cpu_slots is not None:
         if cpu_slots < 1:
             raise DevicesTaken(f"--slots {cpu_slots}: a worker needs at least one CPU slot")
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
         return WorkerDevices(cpu_slots=cpu_slots)
     return default_devices(detect_cuda())
 

@@ -23,10 +23,10 @@ TAIL_LINES = 20
 MAX_MESSAGE_CHARS = 8000
 # Exit of a rank that ran out of memory: the OOM killer's SIGKILL, or the error of torch
 # (torch.OutOfMemoryError, or AcceleratorError "CUDA error: out of memory" from a kernel
-# launch), NCCL ("Cuda failure 'out of memory'", "Cuda failure 2 'out of memory'"), cuBLAS,
-# cuDNN or Python.
+# launch, "CUDA driver error: out of memory" from the driver API), NCCL ("Cuda failure 'out of
+# memory'", "Cuda failure 2 'out of memory'"), cuBLAS, cuDNN or Python.
 OOM_ERROR = re.compile(
-    r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|\bMemoryError\b"
+    r"CUDA out of memory|CUDA (?:driver )?error: out of memory|OutOfMemoryError|\bMemoryError\b"
     r"|Cuda failure (?:\d+ )?'out of memory'|CUBLAS_STATUS_ALLOC_FAILED"
     r"|CUDNN_STATUS_NOT_ENOUGH_MEMORY|CUDNN_STATUS_ALLOC_FAILED"
 )

@@ -74,10 +74,12 @@ def check_resources(spec: JobSpec, cuda: CudaInfo, devices: WorkerDevices | None
     if spec.nproc_per_node > devices.count:
         # Not lowered to fit: the spec (nproc_per_node 2 by default) says what was accepted
         # and a retry elsewhere may fit; the message says what to change.
+        default = JobSpec.model_fields["nproc_per_node"].default
+        said = " (the default, for a spec that does not set it)" * (spec.nproc_per_node == default)
         raise LaunchProblem(
-            f"nproc_per_node={spec.nproc_per_node}, but this worker has {devices.describe()}: "
-            f"set nproc_per_node: {devices.count} (or fewer) in the job spec, or submit it to "
-            f"a queue whose workers have {spec.nproc_per_node} or more"
+            f"nproc_per_node={spec.nproc_per_node}{said}, but this worker has "
+            f"{devices.describe()}: set nproc_per_node: {devices.count} (or fewer) in the job "
+            f"spec, or submit it to a queue whose workers have {spec.nproc_per_node} or more"
         )
     if spec.launcher == "torchrun" and not torchrun_installed():
         raise LaunchProblem("torchrun (torch.distributed.run) is not installed on this worker")

@@ -252,3 +252,54 @@ def test_a_checkpoint_of_gpu_tensors_holds_cpu_tensors_and_leaves_training_alone
     assert type(model.running) is OnGpu
     after = [s["exp_avg"] for s in optimizer.state.values()]
     assert all(a is b for a, b in zip(after, on_gpu_before, strict=True))
+
+
+# Storages (by address) that torch.save tags as on cuda:0, as it tags a GPU tensor's: a file
+# holding one fails torch.load on a machine without CUDA unless given map_location.
+_ON_GPU: set[int] = set()
+
+
+def _tag_as_gpu(storage: Any) -> str | None:
+    return "cuda:0" if _ON_GPU and storage.data_ptr() in _ON_GPU else None
+
+
+torch.serialization.register_package(1, _tag_as_gpu, lambda obj, location: None)
+
+
+def test_a_checkpoint_of_gpu_tensors_loads_on_a_machine_without_cuda(
+    dirs: tuple[Path, Path],
+) -> None:
+    """What a CPU-only machine does with a downloaded checkpoint: torch.load without
+    map_location. Every storage the file holds must be saved as on the CPU, none with the
+    `cuda:0` location that torch.save gives a GPU tensor's."""
+    model = Net()
+    optimizer, scheduler = train_a_little(model)
+    model.register_buffer("running", torch.arange(3.0).as_subclass(OnGpu))
+    for param_state in optimizer.state.values():
+        param_state["exp_avg"] = param_state["exp_avg"].as_subclass(OnGpu)
+    on_gpu = [model.running, *(s["exp_avg"] for s in optimizer.state.values())]
+    _ON_GPU.update(t.untyped_storage().data_ptr() for t in on_gpu)
+    try:
+        # The tagging works: saved as they are, these tensors need CUDA to load.
+        probe = dirs[0].parent / "probe.pt"
+        torch.save([t.as_subclass(torch.Tensor) for t in on_gpu], probe)
+        if not torch.cuda.is_available():
+            with pytest.raises(RuntimeError, match="on a CUDA device"):
+                torch.load(probe, weights_only=True)
+        path = save_checkpoint(model, optimizer, scheduler, step=3, epoch=1)
+    finally:
+        _ON_GPU.clear()
+    assert path is not None
+    locations: list[str] = []
+
+    def where(storage: Any, location: str) -> Any:
+        locations.append(location)
+        return storage
+
+    torch.load(path, weights_only=False, map_location=where)  # our own file: any object
+    assert locations and set(locations) == {"cpu"}, locations
+    state = torch.load(path, weights_only=True)
+    plain = Net()
+    plain.register_buffer("running", torch.zeros(3))
+    plain.load_state_dict(state["model"])
+    assert torch.equal(plain.running, torch.arange(3.0))

@@ -27,8 +27,9 @@ from worker.devices import (
 def unassigned(monkeypatch: pytest.MonkeyPatch) -> None:
     """No devices assigned and no CUDA_VISIBLE_DEVICES, restored after each test."""
     monkeypatch.setattr(devices, "_assigned", None)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+        monkeypatch.setenv(name, "")  # remembered, so that what a test sets is undone
+        monkeypatch.delenv(name)
 
 
 @pytest.mark.parametrize(
@@ -98,14 +99,45 @@ def test_given_gpus_become_the_visible_devices() -> None:
 
 
 def test_given_slots_and_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert choose_devices(None, 6) == WorkerDevices(cpu_slots=6)
     monkeypatch.setattr(devices, "detect_cuda", lambda: CudaInfo(True, 2))
     assert choose_devices(None, None) == WorkerDevices(gpus=("0", "1"))
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
+    assert choose_devices(None, 6) == WorkerDevices(cpu_slots=6)
     with pytest.raises(DevicesTaken, match="not both"):
         choose_devices(("0",), 2)
     with pytest.raises(DevicesTaken, match="at least one CPU slot"):
         choose_devices(None, 0)
+
+
+def test_a_cpu_worker_on_a_gpu_host_hides_the_gpus_from_the_probe_and_its_jobs() -> None:
+    """`--slots 4` on a GPU host: without hiding them, CUDA would see every GPU of the host,
+    `device: auto` jobs would train on them, and on GPUs that GPU workers own."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = "0,1,2,3"  # what the host, or a container, shows
+    assert choose_devices(None, 4) == WorkerDevices(cpu_slots=4)
+    visible = (
+        "import os, sys; print(repr(os.environ.get('CUDA_VISIBLE_DEVICES')), file=sys.stderr); "
+        "print('[false, 0, []]')"
+    )
+    assert probe_cuda(code=visible).error == "''"
+
+    from jobs.runtime import env
+    from jobs.spec import JobSpec
+    from worker.launch import RunPaths, build_launch
+
+    plan = build_launch(
+        JobSpec(name="x", recipe="synthetic"),
+        job_id="j",
+        attempt=1,
+        paths=RunPaths.for_attempt(Path("/data"), "j", 1),
+        resume_from=None,
+        cuda_available=False,
+        port=29500,
+        python=sys.executable,
+        base_env=dict(os.environ),
+        recipe_module="jobs.recipes.synthetic",
+    )
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == ""
+    assert plan.env[env.DEVICE] == "cpu"
 
 
 def test_gpus_cuda_does_not_see_are_refused() -> None:
@@ -200,9 +232,13 @@ def test_the_probe_reports_the_gpus_uuids() -> None:
 
 
 def test_the_real_probe_answers_here() -> None:
+    import torch
+
     info = probe_cuda(sys.executable)
     assert info.available == (info.device_count > 0)
     assert len(info.uuids) in (0, info.device_count)
+    if torch.version.cuda is None:  # an image built with the CPU wheels, on a GPU host too
+        assert info.error == f"torch {torch.__version__} is a build without CUDA"
 
 
 NO_CUDA = CudaInfo(False, 0, error=DRIVER_TOO_OLD)

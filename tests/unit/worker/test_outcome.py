@@ -136,22 +136,60 @@ def test_success(tmp_path: Path) -> None:
     )
 
 
-GPU_OOM_ERRORS = [
-    "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
-    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB",
-    "AcceleratorError: CUDA error: out of memory\nSearch for `cudaErrorMemoryAllocation'",
-    "DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, unhandled cuda error (run "
-    "with NCCL_DEBUG=INFO for details), NCCL version 2.27.5\nncclUnhandledCudaError: Call to "
-    "CUDA function failed.\nLast error:\nCuda failure 'out of memory'",
-    "DistBackendError: NCCL error: unhandled cuda error\nLast error:\n"
-    "Cuda failure 2 'out of memory'",
-    "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
-    "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_ENOUGH_MEMORY",
-    "MemoryError",
-]
+# Each spelling of running out of GPU (or host) memory, as the rank's error record (its
+# "Type: message", `jobs.runtime.failure`) or the end of its log has it.
+GPU_OOM_ERRORS = {
+    "torch OutOfMemoryError": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "torch.OutOfMemoryError, as a traceback names it": (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a "
+        "total capacity of 79.19 GiB of which 3.56 MiB is free."
+    ),
+    "AcceleratorError from a kernel launch": (
+        "AcceleratorError: CUDA error: out of memory\nSearch for `cudaErrorMemoryAllocation' in "
+        "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html"
+    ),
+    "torch.AcceleratorError, as a traceback names it": (
+        "torch.AcceleratorError: CUDA error: out of memory"
+    ),
+    "RuntimeError CUDA error, torch before AcceleratorError": (
+        "RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously "
+        "reported at some other API call"
+    ),
+    "CUDA driver API": "RuntimeError: CUDA driver error: out of memory",
+    "NCCL through torch": (
+        "DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, unhandled cuda error (run "
+        "with NCCL_DEBUG=INFO for details), NCCL version 2.27.5\nncclUnhandledCudaError: Call "
+        "to CUDA function failed.\nLast error:\nCuda failure 'out of memory'"
+    ),
+    "NCCL with the CUDA error's number": (
+        "DistBackendError: NCCL error: unhandled cuda error\nLast error:\n"
+        "Cuda failure 2 'out of memory'"
+    ),
+    "NCCL's own warning in the log": (
+        "gpu-01:1234:1290 [0] include/alloc.h:114 NCCL WARN Cuda failure 'out of memory'"
+    ),
+    "cuBLAS": (
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+    ),
+    "cuDNN, not enough memory": "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_ENOUGH_MEMORY",
+    "cuDNN, allocation failed": "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+    "Python": "MemoryError",
+}
+NOT_OOM_ERRORS = {
+    "an illegal memory access": (
+        "AcceleratorError: CUDA error: an illegal memory access was encountered"
+    ),
+    "cuBLAS execution": "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED",
+    "cuDNN bad parameter": "RuntimeError: cuDNN error: CUDNN_STATUS_BAD_PARAM",
+    "NCCL, another CUDA failure": (
+        "DistBackendError: NCCL error: unhandled cuda error\nLast error:\n"
+        "Cuda failure 'invalid device ordinal'"
+    ),
+    "a word about memory": "ValueError: memory_format must be contiguous",
+}
 
 
-@pytest.mark.parametrize("error", GPU_OOM_ERRORS)
+@pytest.mark.parametrize("error", GPU_OOM_ERRORS.values(), ids=GPU_OOM_ERRORS.keys())
 def test_gpu_out_of_memory_in_its_many_spellings(tmp_path: Path, error: str) -> None:
     paths = RunPaths.for_attempt(tmp_path, "j", 1)
     write_failure(paths, 1, error, error)
@@ -159,14 +197,22 @@ def test_gpu_out_of_memory_in_its_many_spellings(tmp_path: Path, error: str) -> 
     assert outcome.reason == ExitReason.OOM, error
 
 
-@pytest.mark.parametrize(
-    "error",
-    [
-        "AcceleratorError: CUDA error: an illegal memory access was encountered",
-        "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED",
-        "ValueError: memory_format must be contiguous",
-    ],
-)
+@pytest.mark.parametrize("error", GPU_OOM_ERRORS.values(), ids=GPU_OOM_ERRORS.keys())
+def test_gpu_out_of_memory_in_the_log_of_an_aborted_rank(tmp_path: Path, error: str) -> None:
+    """No error record (NCCL's error handling aborted the rank before Python could write
+    one): the end of the rank's log names the cause."""
+    paths = RunPaths.for_attempt(tmp_path, "j", 1)
+    paths.log_dir.mkdir(parents=True)
+    paths.launcher_log.write_text(ABORT_SUMMARY)
+    paths.rank_log(1).write_text(f"step 3\n{error}\nterminate called after throwing an instance\n")
+    outcome = classify_exit(1, paths=paths, launcher="torchrun", ranks_started=True)
+    assert (outcome.reason, outcome.exit_code) == (ExitReason.OOM, -6), error
+    assert outcome.message is not None and outcome.message.startswith(
+        "rank 1 failed (exit code -6, SIGABRT)"
+    )
+
+
+@pytest.mark.parametrize("error", NOT_OOM_ERRORS.values(), ids=NOT_OOM_ERRORS.keys())
 def test_other_gpu_errors_stay_user_errors(tmp_path: Path, error: str) -> None:
     paths = RunPaths.for_attempt(tmp_path, "j", 1)
     write_failure(paths, 1, error, error)
@@ -198,6 +244,54 @@ def test_a_watchdog_sigabrt_does_not_outrank_the_error_that_caused_it(tmp_path: 
     outcome = classify_exit(1, paths=paths, launcher="torchrun", ranks_started=True)
     assert (outcome.reason, outcome.exit_code) == (ExitReason.OOM, 1)
     assert outcome.message is not None and outcome.message.startswith("rank 1 failed")
+
+
+WATCHDOG_LOG = (
+    "[rank0]:[E1125 10:41:07.123 ProcessGroupNCCL.cpp:685] [Rank 0] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+    "Timeout(ms)=600000) ran for 600005 milliseconds before timing out.\n"
+    "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+)
+# torchrun saw rank 0's SIGABRT first: it is the root cause, the failed peer a mere failure.
+WATCHDOG_ROOT = """
+Failures:
+[1]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 13072)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -6 (pid: 13071)
+  traceback : Signal 6 (SIGABRT) received by PID 13071
+"""
+
+
+@pytest.mark.parametrize(
+    ("peer_error", "reason"),
+    [
+        ("AcceleratorError: CUDA error: out of memory", ExitReason.OOM),
+        ("ValueError: labels out of range", ExitReason.USER_ERROR),
+    ],
+)
+def test_a_peers_python_error_outranks_the_watchdogs_sigabrt_as_root_cause(
+    tmp_path: Path, peer_error: str, reason: ExitReason
+) -> None:
+    """The watchdog aborted rank 0 (SIGABRT, no Python error, torchrun's root cause) while it
+    waited for rank 1, which had failed with a Python error: rank 1's error is the job's."""
+    paths = RunPaths.for_attempt(tmp_path, "j", 1)
+    write_failure(paths, 1, peer_error, f"Traceback (most recent call last):\n{peer_error}\n")
+    paths.launcher_log.write_text(WATCHDOG_ROOT)
+    paths.rank_log(0).write_text(WATCHDOG_LOG)
+    outcome = classify_exit(1, paths=paths, launcher="torchrun", ranks_started=True)
+    assert (outcome.reason, outcome.exit_code) == (reason, 1)
+    assert outcome.message is not None
+    assert outcome.message.startswith(f"rank 1 failed (exit code 1): {peer_error}")
+    # Without the peer's record, the aborted rank and the watchdog's words are all there is.
+    (paths.log_dir / "rank-1.error.json").unlink()
+    alone = classify_exit(1, paths=paths, launcher="torchrun", ranks_started=True)
+    assert (alone.reason, alone.exit_code) == (ExitReason.USER_ERROR, -6)
+    assert alone.message is not None and "Watchdog caught collective" in alone.message
 
 
 def test_the_record_naming_the_cause_beats_an_earlier_consequence() -> None:

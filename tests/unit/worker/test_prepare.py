@@ -50,8 +50,9 @@ def test_the_default_two_ranks_on_a_one_gpu_worker_say_what_to_set() -> None:
     with pytest.raises(LaunchProblem) as problem:
         check_resources(spec(), CudaInfo(True, 1))
     assert str(problem.value) == (
-        "nproc_per_node=2, but this worker has 1 device(s) (0): set nproc_per_node: 1 (or "
-        "fewer) in the job spec, or submit it to a queue whose workers have 2 or more"
+        "nproc_per_node=2 (the default, for a spec that does not set it), but this worker has "
+        "1 device(s) (0): set nproc_per_node: 1 (or fewer) in the job spec, or submit it to a "
+        "queue whose workers have 2 or more"
     )
 
 
