@@ -9,16 +9,15 @@ only looks at the finished futures, so a slow upload never holds the loop, nor t
 - A failed upload (the store unreachable, or gone mid-upload) is retried with backoff until
   `retry_for_s` has passed; an object store makes an object visible only once complete, so
   nothing half-written is ever listed, served or registered.
-- The thread runs at a lower CPU priority (nice `UPLOAD_NICE`, Linux threads have their
-  own), so reading and hashing a large checkpoint yields the CPU to the ranks on a busy host.
+- The thread runs in ``SCHED_IDLE`` (`worker.supervise.run_when_idle`), and so do the threads
+  it starts (the store client's): reading, hashing and sending a large checkpoint take only
+  the CPU the ranks leave idle, and never pre-empt a rank.
 - After the upload the source is looked at again: a file (or tree) that changed meanwhile was
   still being written, and is refused (`CheckpointRejected`).
 """
 
 import hashlib
 import logging
-import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,10 +27,10 @@ from typing import Any
 
 from service.artifacts import ArtifactStore, StoreError
 from service.artifacts.tree import TreeDigest, TreeFile, TreeRefused, open_regular, scan_tree
+from worker.supervise import run_when_idle
 
 log = logging.getLogger(__name__)
 CHUNK = 8 * 1024 * 1024
-UPLOAD_NICE = 10
 TAR_MEDIA_TYPE = "application/x-tar"
 
 
@@ -101,10 +100,7 @@ def tree_files(root: Path) -> list[TreeFile]:
 
 
 def _lower_priority() -> None:
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), UPLOAD_NICE)
-    except (OSError, AttributeError):
-        pass  # not Linux, or not allowed: the thread keeps the process's priority
+    run_when_idle()  # where it cannot (not Linux), the thread keeps the process's policy
 
 
 class CheckpointUploader:

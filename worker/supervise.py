@@ -201,6 +201,48 @@ class ProcessTree:
         return found
 
 
+def _set_policy(tid: int, policy: int) -> bool:
+    try:
+        os.sched_setscheduler(tid, policy, os.sched_param(0))
+        return True
+    except (OSError, AttributeError):  # not Linux, or the thread is gone
+        return False
+
+
+def run_when_idle(tid: int = 0) -> bool:
+    """Put thread `tid` (0: the calling one) in ``SCHED_IDLE``: it runs on a core no other
+    thread wants, and a rank that wakes takes the core from it at once. Threads it starts from
+    then on inherit the policy. False where it cannot be set (not Linux).
+
+    Why not nice: Linux schedules each session as one group (autogroup) and torchrun starts
+    every rank in a session of its own, so a nice value weighs only against the worker's own
+    threads, and a niced thread that wakes still pre-empts a running rank. An idle-policy
+    thread never does (nor does a batch one), which is what a DDP step needs: a rank held off
+    its core for a moment holds back every rank (docs/benchmarks.md, P1). Any thread may
+    lower itself to it; none may go back without privilege, so only threads that stay low
+    for the rest of the attempt are put there."""
+    return _set_policy(tid, getattr(os, "SCHED_IDLE", -1))
+
+
+def run_in_batches(tid: int = 0) -> bool:
+    """Put thread `tid` (0: the calling one) in ``SCHED_BATCH``: it never pre-empts a running
+    thread when it wakes but keeps its full share of the CPU, so a host saturated with other
+    work cannot starve it (the attempt's heartbeat, whose silence would read as a lost worker)."""
+    return _set_policy(tid, getattr(os, "SCHED_BATCH", -1))
+
+
+def yield_cpu_to_ranks(keep: set[int] | None = None) -> list[int]:
+    """Once the ranks run: every thread of this process but `keep` (native ids) runs only
+    when the ranks leave a core idle (`run_when_idle`); so do the threads they start later
+    (the checkpoint upload's, its store client's). Returns the threads lowered."""
+    lowered = []
+    for name in os.listdir(f"/proc/{os.getpid()}/task") if sys.platform == "linux" else []:
+        tid = int(name)
+        if tid not in (keep or set()) and run_when_idle(tid):
+            lowered.append(tid)
+    return lowered
+
+
 def with_lifeline(argv: list[str], signal_number: int = signal.SIGTERM) -> list[str]:
     """`argv` started through `lifeline.py`: it gets `signal_number` when this process dies."""
     lifeline = [sys.executable, "-I", "-S", str(LIFELINE), str(os.getpid()), str(signal_number)]
