@@ -1,7 +1,9 @@
 """A rank under Launchbay sees what a rank under bare `torchrun --standalone` sees: the same
 environment where it bears on speed, the same thread counts, CPU priority, scheduling policy,
 affinity, scheduling control groups and session group (Linux's autogroup), and unbuffered
-output. Both ways run the same program under a real torchrun; nothing here is timed."""
+output; and its supervisor's threads run in SCHED_IDLE (its heartbeat in SCHED_BATCH), so
+they never pre-empt it. Both ways run the same program under a real torchrun; nothing here is
+timed."""
 
 import json
 import os
@@ -119,3 +121,11 @@ def test_a_rank_sees_what_a_bare_torchrun_rank_sees(sqlite_stack: Stack, tmp_pat
         assert ours[rank]["unbuffered"] == bare[rank]["unbuffered"], rank
         assert speed_env(ours[rank]["env"]) == speed_env(bare[rank]["env"]), rank
     assert ours[0]["num_threads"] == 1  # torchrun's own default for several ranks on CPU
+    # While the ranks run, the supervisor's threads take only the CPU they leave idle
+    # (SCHED_IDLE = 5), but the heartbeat, which must never starve (SCHED_BATCH = 3).
+    threads = ours[0]["supervisor_threads"]
+    main = [policy for _, policy, _, is_main in threads if is_main]
+    others = sorted(policy for _, policy, _, is_main in threads if not is_main)
+    assert main == [os.SCHED_IDLE], threads
+    assert others == [os.SCHED_BATCH], threads  # the heartbeat, the one other thread now
+    assert bare[0]["supervisor_threads"] == []
