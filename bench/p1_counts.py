@@ -9,7 +9,9 @@ woke up. Counts move far less with a loaded machine than steps/s does.
 """
 
 import os
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,3 +145,55 @@ def process_tree(root: int, leave_out: Iterable[int] = ()) -> list[int]:
         return found
     except psutil.Error:
         return []
+
+
+class TrainingWindow:
+    """Counts the threads of some processes over a window of steady training, from a thread of
+    the benchmark: it waits for the first metric line in the events file `find_events()`
+    returns, `settle_s` more, then snapshots `find_pids()` twice, `window_s` apart (only
+    stat() and /proc reads: nothing that competes with the ranks in between)."""
+
+    def __init__(
+        self,
+        find_events: Callable[[], Path | None],
+        find_pids: Callable[[], list[int]],
+        *,
+        window_s: float = 8.0,
+        settle_s: float = 2.0,
+        timeout_s: float = 120.0,
+    ) -> None:
+        self.find_events, self.find_pids = find_events, find_pids
+        self.window_s, self.settle_s, self.timeout_s = window_s, settle_s, timeout_s
+        self.totals: Totals | None = None
+        self._thread = threading.Thread(target=self._run, name="bench-window", daemon=True)
+
+    def __enter__(self) -> "TrainingWindow":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.join(self.timeout_s)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            events = self.find_events()
+            if events is not None and _has_metric(events):
+                break
+            time.sleep(0.5)
+        else:
+            return
+        time.sleep(self.settle_s)
+        pids = self.find_pids()
+        before, began = snapshot(pids), time.monotonic()
+        time.sleep(self.window_s)
+        after = snapshot(pids)
+        self.totals = difference(before, after).per(time.monotonic() - began)
+
+
+def _has_metric(events: Path) -> bool:
+    try:
+        with events.open("rb") as handle:
+            return b'"metric"' in handle.read(1 << 16)
+    except OSError:
+        return False
