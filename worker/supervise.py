@@ -231,7 +231,7 @@ def run_in_batches(tid: int = 0) -> bool:
     return _set_policy(tid, getattr(os, "SCHED_BATCH", -1))
 
 
-def yield_cpu_to_ranks(keep: set[int] | None = None) -> list[int]:
+def yield_cpu_to_ranks(keep: set[int | None] | None = None) -> list[int]:
     """Once the ranks run: every thread of this process but `keep` (native ids) runs only
     when the ranks leave a core idle (`run_when_idle`); so do the threads they start later
     (the checkpoint upload's, its store client's). Returns the threads lowered."""
