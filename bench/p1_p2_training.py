@@ -9,7 +9,10 @@ first and the last metric line rank 0 writes (start-up left out). While a job tr
 is polled once a second, Launchbay's and Ray's alike: each poll is CPU taken from the ranks.
 
 `python -m bench training` takes about 5 minutes here; `python -m bench training --long` runs
-P1 alone in rounds of thousands of steps (P1L, about 10 minutes), long enough to resolve 2 %.
+P1 alone in 6 rounds of 3,000 steps (P1L: about 4.5 minutes on a quiet machine, 7 with Ray),
+long enough to resolve 2 %. In each Launchbay run of P1L, the CPU time and wake-ups of
+Launchbay's own processes (the worker, its supervisor of the job, the API) are counted from
+/proc over 8 s of steady training (`bench.p1_counts`).
 """
 
 import statistics
@@ -18,6 +21,8 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from bench.common import (
     Result,
@@ -30,10 +35,13 @@ from bench.common import (
     steps_per_second,
     submit_and_wait,
 )
+from bench.p1_counts import Totals, TrainingWindow, process_tree
 from bench.ray_peer import RayCluster, ray_available
+from devstack.stack import Stack
 
 THROUGHPUT_CONFIG: dict[str, Any] = {"epochs": 40, "log_every_steps": 10}
-LONG_CONFIG: dict[str, Any] = {"steps": 4000, "log_every_steps": 50}
+LONG_CONFIG: dict[str, Any] = {"steps": 3000, "log_every_steps": 50}
+LONG_ROUNDS = 6
 STARTUP_CONFIG: dict[str, Any] = {"epochs": 1, "log_every_steps": 1}
 WHILE_TRAINING_POLL_S = 1.0
 NOT_RUN = "not run: Ray is not installed (`pip install -e '.[bench]'`)"
@@ -85,13 +93,20 @@ def run(long: bool = False) -> list[Result]:
         ray = context.enter_context(RayCluster()) if ray_available() else None
         scratch = Path(tempfile.mkdtemp(prefix="launchbay-bench-p1-"))
 
+        service_use: list[Totals] = []
+
         def launchbay(
             module: str, config: dict[str, Any], workdir: Path, nproc: int, poll_s: float = 0.2
         ) -> tuple[float, list[dict[str, Any]]]:
             recipe = module.rsplit(".", 1)[-1]
-            start, job = submit_and_wait(
-                http, stack, recipe_spec(workdir.name, recipe, config, nproc), poll_s=poll_s
-            )
+            spec = recipe_spec(workdir.name, recipe, config, nproc)
+            if not long:
+                start, job = submit_and_wait(http, stack, spec, poll_s=poll_s)
+                return start, job_events(stack, job["id"])
+            with service_window(stack, workdir.name) as window:
+                start, job = submit_and_wait(http, stack, spec, poll_s=poll_s)
+            if window.totals is not None:
+                service_use.append(window.totals)
             return start, job_events(stack, job["id"])
 
         runs: dict[str, Callable[..., tuple[float, list[dict[str, Any]]]]] = {
@@ -101,7 +116,7 @@ def run(long: bool = False) -> list[Result]:
         if ray is not None:
             runs["ray"] = ray.torchrun
         if long:
-            return long_rounds(runs, scratch)
+            return long_rounds(runs, scratch, service_use)
         return short_rounds(runs, scratch, ray is not None)
 
 
@@ -213,15 +228,47 @@ def startup_result(
     )
 
 
+def service_window(stack: Stack, name: str) -> TrainingWindow:
+    """Launchbay's processes (the worker and its work horse, not the job's; the API) over a
+    window of the job called `name`'s steady training."""
+
+    def find_events() -> Path | None:
+        found = sorted(
+            stack.data_dir.glob("runs/*/attempt-1/events.jsonl"), key=lambda p: p.stat().st_mtime
+        )
+        return found[-1] if found else None
+
+    def find_pids() -> list[int]:
+        pids = [stack.api.pid] if stack.api is not None else []
+        for worker in stack.workers:
+            launchers = [
+                p.pid
+                for p in psutil.Process(worker.pid).children(recursive=True)
+                if "torch.distributed.run" in " ".join(p.cmdline())
+            ]
+            pids += process_tree(worker.pid, launchers)
+        return pids
+
+    return TrainingWindow(find_events, find_pids)
+
+
 def long_rounds(
     runs: dict[str, Callable[..., tuple[float, list[dict[str, Any]]]]],
     scratch: Path,
-    rounds: int = 6,
+    service_use: list[Totals],
+    rounds: int = LONG_ROUNDS,
 ) -> list[Result]:
     measured = speeds(runs, scratch, LONG_CONFIG, rounds, 2, "long")
     bare = measured["bare"]
     steps = LONG_CONFIG["steps"]
     notes = f"{steps} steps a run, order rotated each round"
+    if service_use:
+        cpu = [t.cpu_s * 1e3 for t in service_use]
+        wakeups = [float(t.voluntary) for t in service_use]
+        notes += (
+            f"; Launchbay's processes while the job trained: {median(cpu):.1f} ms of CPU a second "
+            f"(runs {min(cpu):.1f}–{max(cpu):.1f}), {median(wakeups):.0f} wake-ups a second"
+        )
     if "ray" in measured:
         below = sum(lb < r for lb, r in zip(measured["launchbay"], measured["ray"], strict=True))
         notes += f"; Launchbay below Ray in {below} of {rounds} rounds"

@@ -9,8 +9,10 @@ only looks at the finished futures, so a slow upload never holds the loop, nor t
 - A failed upload (the store unreachable, or gone mid-upload) is retried with backoff until
   `retry_for_s` has passed; an object store makes an object visible only once complete, so
   nothing half-written is ever listed, served or registered.
-- The thread runs at a lower CPU priority (nice `UPLOAD_NICE`, Linux threads have their
-  own), so reading and hashing a large checkpoint yields the CPU to the ranks on a busy host.
+- The thread runs in ``SCHED_BATCH`` at nice 10 (`worker.supervise.run_in_batches`), and so
+  do the threads it starts (the store client's): reading, hashing and sending a large
+  checkpoint never pre-empt a rank and yield to the supervisor's own work, yet cannot be
+  starved by ranks that use every core.
 - After the upload the source is looked at again: a file (or tree) that changed meanwhile was
   still being written, and is refused (`CheckpointRejected`).
 """
@@ -18,7 +20,6 @@ only looks at the finished futures, so a slow upload never holds the loop, nor t
 import hashlib
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,10 +29,10 @@ from typing import Any
 
 from service.artifacts import ArtifactStore, StoreError
 from service.artifacts.tree import TreeDigest, TreeFile, TreeRefused, open_regular, scan_tree
+from worker.supervise import run_in_batches
 
 log = logging.getLogger(__name__)
 CHUNK = 8 * 1024 * 1024
-UPLOAD_NICE = 10
 TAR_MEDIA_TYPE = "application/x-tar"
 
 
@@ -100,11 +101,15 @@ def tree_files(root: Path) -> list[TreeFile]:
         raise UploadRefused(str(exc)) from None
 
 
+UPLOAD_NICENESS = 10
+
+
 def _lower_priority() -> None:
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), UPLOAD_NICE)
-    except (OSError, AttributeError):
-        pass  # not Linux, or not allowed: the thread keeps the process's priority
+    run_in_batches()  # where it cannot (not Linux), the thread keeps the process's policy
+    try:  # on Linux, this thread's own (and inherited by the threads it starts)
+        os.setpriority(os.PRIO_PROCESS, 0, UPLOAD_NICENESS)
+    except OSError:
+        log.debug("cannot lower the upload thread's priority", exc_info=True)
 
 
 class CheckpointUploader:

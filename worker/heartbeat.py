@@ -20,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from jobs.states import AttemptRef, JobState
 from service.db import session_scope
 from service.store import touch_job_heartbeat
+from worker.supervise import run_in_batches
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,11 @@ class AttemptHeartbeat:
     def cancelling(self) -> bool:
         return self.state is JobState.CANCELLING
 
+    @property
+    def native_id(self) -> int | None:
+        """The thread's id for the kernel once started (the supervisor leaves its policy be)."""
+        return self._thread.native_id
+
     def start(self) -> "AttemptHeartbeat":
         self._thread.start()
         return self
@@ -50,6 +56,7 @@ class AttemptHeartbeat:
             self._thread.join(timeout=10)
 
     def _run(self) -> None:
+        run_in_batches()
         while not self._halt.wait(self.interval_s):
             self.beat()
 

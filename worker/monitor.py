@@ -17,7 +17,6 @@ its own; none is open while torchrun runs.
 """
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -55,6 +54,7 @@ from worker.supervise import (
     shutdown_requested,
     start_launcher,
     stop_job_processes,
+    yield_cpu_to_ranks,
 )
 
 log = logging.getLogger(__name__)
@@ -70,19 +70,6 @@ NOTHING_REPORTED = (
 # How often the job's state is read for a cancel: each read is a database round trip, taken
 # from the ranks' CPU time on a busy node, so not every poll.
 CANCEL_CHECK_S = 0.5
-SUPERVISOR_NICENESS = 10
-
-
-def yield_cpu_to_ranks() -> None:
-    """Lower this supervisor's CPU priority (the ranks, already started, keep theirs).
-
-    Where the ranks use every core (CPU training), the scheduler then runs the supervisor in
-    their gaps (collective waits) instead of pre-empting a rank, which stalls all of them.
-    """
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, SUPERVISOR_NICENESS)
-    except OSError:
-        log.debug("cannot lower the supervisor's priority", exc_info=True)
 
 
 class AttemptMonitor:
@@ -170,7 +157,7 @@ class AttemptMonitor:
                 JobState.FAILED, ExitReason.LAUNCH_ERROR, None, f"cannot start: {exc}"
             ), []
         cgroup_oom = False
-        yield_cpu_to_ranks()
+        yield_cpu_to_ranks()  # the ranks run: see there
         try:
             stop = self._watch(tree)
         finally:

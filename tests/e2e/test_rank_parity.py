@@ -1,7 +1,9 @@
 """A rank under Launchbay sees what a rank under bare `torchrun --standalone` sees: the same
 environment where it bears on speed, the same thread counts, CPU priority, scheduling policy,
 affinity, scheduling control groups and session group (Linux's autogroup), and unbuffered
-output. Both ways run the same program under a real torchrun; nothing here is timed."""
+output; and its supervisor's threads run in SCHED_BATCH, so they never pre-empt it when they
+wake, yet cannot be starved by it. Both ways run the same program under a real torchrun; nothing here is
+timed."""
 
 import json
 import os
@@ -119,3 +121,8 @@ def test_a_rank_sees_what_a_bare_torchrun_rank_sees(sqlite_stack: Stack, tmp_pat
         assert ours[rank]["unbuffered"] == bare[rank]["unbuffered"], rank
         assert speed_env(ours[rank]["env"]) == speed_env(bare[rank]["env"]), rank
     assert ours[0]["num_threads"] == 1  # torchrun's own default for several ranks on CPU
+    # While the ranks run, the supervisor's threads never pre-empt them when they wake, yet
+    # keep their share of the CPU (SCHED_BATCH = 3), the heartbeat's included.
+    threads = ours[0]["supervisor_threads"]
+    assert threads and {policy for _, policy, _, _ in threads} == {os.SCHED_BATCH}, threads
+    assert bare[0]["supervisor_threads"] == []

@@ -19,6 +19,22 @@ def read(path: str) -> str:
         return ""
 
 
+def supervisor_threads() -> list[list[object]]:
+    """[name, policy, nice] of each thread of the process that started the launcher (under
+    Launchbay the supervisor: `LAUNCHBAY_LAUNCHER_PID`'s parent); [] bare."""
+    launcher = os.environ.get("LAUNCHBAY_LAUNCHER_PID", "")
+    if not launcher.isdigit():
+        return []
+    parent = read(f"/proc/{launcher}/stat").rpartition(")")[2].split()[1]
+    found = []
+    for tid in sorted(os.listdir(f"/proc/{parent}/task")):
+        stat = read(f"/proc/{parent}/task/{tid}/stat")
+        fields = stat.rpartition(")")[2].split()
+        name = stat[stat.find("(") + 1 : stat.rfind(")")]
+        found.append([name, int(fields[38]), int(fields[16]), tid == parent])
+    return found
+
+
 def main() -> None:
     dist.init_process_group("gloo")
     dist.barrier()
@@ -32,6 +48,7 @@ def main() -> None:
         "cgroup": read("/proc/self/cgroup"),
         "autogroup_nice": read("/proc/self/autogroup").split()[-1:],
         "unbuffered": sys.stdout.write_through,
+        "supervisor_threads": supervisor_threads(),
     }
     # Under Launchbay the job's own output directory (its artifacts); bare, where it is told.
     out = Path(os.environ.get("LAUNCHBAY_OUTPUT_DIR") or os.environ["RANK_PROBE_DIR"])
