@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 from sqlalchemy.engine import make_url
 
-from devstack.procs import free_port, wait_until
+from devstack.procs import free_port, stop, wait_until
 
 PGBOUNCER = "/usr/sbin/pgbouncer"
 CONFIG = """\
@@ -82,12 +82,7 @@ def private_pgbouncer(
             raise RuntimeError(f"pgbouncer exited:\n{_log(folder)}")
         yield pooled
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop(proc, 10)
         shutil.rmtree(folder, ignore_errors=True)
 
 
