@@ -61,37 +61,39 @@ class ChartPoint(NamedTuple):
 
 def add_to_rollups(session: Session, job_id: str, points: Sequence[RollupPoint]) -> None:
     """Fold `points` into the job's rollups (not committed): one upsert per touched bucket."""
-    merged: dict[tuple[str, int, int], dict[str, Any]] = {}
+    # Each touched bucket's lowest and highest point (the first of equals), as rows at the end.
+    merged: dict[tuple[str, int, int], list[RollupPoint]] = {}
     for point in points:
         if point.value != point.value:  # NaN has no order: not a minimum nor a maximum
             continue
         for width in WIDTHS:
             key = (point.name, width, point.seq // width)
-            row = merged.get(key)
-            if row is None:
-                whole = _extreme(point)
-                merged[key] = {
-                    "job_id": job_id,
-                    "name": point.name,
-                    "width": width,
-                    "bucket": point.seq // width,
-                    **{f"min_{field}": value for field, value in whole.items()},
-                    **{f"max_{field}": value for field, value in whole.items()},
-                }
+            ends = merged.get(key)
+            if ends is None:
+                merged[key] = [point, point]
                 continue
-            if point.value < row["min_value"]:
-                row.update({f"min_{f}": v for f, v in _extreme(point).items()})
-            if point.value > row["max_value"]:
-                row.update({f"max_{f}": v for f, v in _extreme(point).items()})
+            if point.value < ends[0].value:
+                ends[0] = point
+            if point.value > ends[1].value:
+                ends[1] = point
     if merged:
-        session.execute(_upsert(session), list(merged.values()))
+        rows = [
+            {"job_id": job_id, "name": name, "width": width, "bucket": bucket}
+            | _extreme("min", low)
+            | _extreme("max", high)
+            for (name, width, bucket), (low, high) in merged.items()
+        ]
+        session.connection().execute(_upsert(session), rows)
 
 
-def _extreme(point: RollupPoint) -> dict[str, Any]:
+def _extreme(end: str, point: RollupPoint) -> dict[str, Any]:
     return {
-        "value": point.value,
-        "seq": point.seq,
-        **{f: getattr(point, f) for f in EXTREME_FIELDS},
+        f"{end}_value": point.value,
+        f"{end}_seq": point.seq,
+        f"{end}_step": point.step,
+        f"{end}_epoch": point.epoch,
+        f"{end}_ts": point.ts,
+        f"{end}_attempt": point.attempt,
     }
 
 
@@ -99,8 +101,9 @@ def _upsert(session: Session) -> Any:
     """INSERT … ON CONFLICT that keeps the smaller minimum and the larger maximum, each whole
     (every SET reads the row as it was, so one comparison holds for all of an extreme)."""
     dialect = session.get_bind().dialect.name
-    stmt: Any = (postgresql if dialect == "postgresql" else sqlite).insert(MetricRollup)
+    # On the table, not the model: the ORM's bulk insert took most of the write's time.
     table = MetricRollup.__table__  # type: ignore[attr-defined]
+    stmt: Any = (postgresql if dialect == "postgresql" else sqlite).insert(table)
     new = stmt.excluded
     replaces = {
         "min": new.min_value < table.c.min_value,
