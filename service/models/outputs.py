@@ -110,8 +110,9 @@ Index(
 class MetricRollup(SQLModel, table=True):
     """The smallest and largest point of one metric in one bucket of `width` seqs
     (`bucket` = seq // width), at several widths: `GET …/metrics?max_points=` reads a job's
-    chart from these in time independent of its number of points. Kept by the writer of the
-    points, in their transaction."""
+    chart from these in time independent of its number of points. Each extreme is kept whole
+    (seq, step, epoch, value, ts, attempt: what the route returns of a point), so a chart
+    reads no `metric_point` row. Kept by the writer of the points, in their transaction."""
 
     __tablename__ = "metric_rollup"
 
@@ -125,3 +126,11 @@ class MetricRollup(SQLModel, table=True):
     min_seq: int = Field(sa_type=BigInteger)
     max_value: float
     max_seq: int = Field(sa_type=BigInteger)
+    min_step: int | None = None
+    min_epoch: int | None = None
+    min_ts: float
+    min_attempt: int
+    max_step: int | None = None
+    max_epoch: int | None = None
+    max_ts: float
+    max_attempt: int

@@ -4,16 +4,16 @@ and the downsampled series read back from them (`GET …/metrics?max_points=N`).
 A bucket holds the seqs `[bucket * width, (bucket + 1) * width)` of a job; `WIDTHS` go from
 fine to coarse by a factor of 4. A read of at most N points picks the finest width whose
 buckets up to the job's last seq number at most N, merges neighbouring buckets into at most
-N / 2 groups (each gives its minimum and its maximum point), then fetches those points by seq:
-at most N rollup rows and N index lookups, whatever the job's length, for a chart of N / 2 to
-N points. (Allowing 2N rollup rows keeps charts nearer N points but reads up to four times the
-rows: docs/benchmarks.md, "Flat costs", F4.) Series with at most N points are answered
-as they are.
+N / 2 groups (each gives its minimum and its maximum point): at most N rollup rows, whatever
+the job's length, for a chart of N / 2 to N points. A rollup row keeps its two extremes whole
+(seq, step, epoch, value, ts, attempt), so the chart reads no point row. (Allowing 2N
+rollup rows keeps charts nearer N points but reads up to four times the rows:
+docs/benchmarks.md, "Flat costs", F4.) Series with at most N points are answered as they are.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Row, case, delete, func
 from sqlalchemy.dialects import postgresql, sqlite
@@ -26,7 +26,14 @@ POINT_COLUMNS = tuple(
     getattr(MetricPoint, name)
     for name in ("seq", "step", "epoch", "name", "value", "ts", "attempt")
 )
-MAX_IDS_PER_QUERY = 900
+# What a rollup row keeps of each extreme besides its value and seq.
+EXTREME_FIELDS = ("step", "epoch", "ts", "attempt")
+# A rollup row's two extremes, each as (value, seq, step, epoch, ts, attempt).
+ROLLUP_EXTREMES = tuple(
+    getattr(MetricRollup, f"{end}_{field}")
+    for end in ("min", "max")
+    for field in ("value", "seq", *EXTREME_FIELDS)
+)
 
 
 @dataclass(frozen=True)
@@ -34,53 +41,81 @@ class RollupPoint:
     seq: int
     name: str
     value: float
+    step: int | None
+    epoch: int | None
+    ts: float
+    attempt: int
+
+
+class ChartPoint(NamedTuple):
+    """A point of a downsampled chart, in the order of `POINT_COLUMNS` (as a point row)."""
+
+    seq: int
+    step: int | None
+    epoch: int | None
+    name: str
+    value: float
+    ts: float
+    attempt: int
 
 
 def add_to_rollups(session: Session, job_id: str, points: Sequence[RollupPoint]) -> None:
     """Fold `points` into the job's rollups (not committed): one upsert per touched bucket."""
-    merged: dict[tuple[str, int, int], dict[str, Any]] = {}
+    # Each touched bucket's lowest and highest point (the first of equals), as rows at the end.
+    merged: dict[tuple[str, int, int], list[RollupPoint]] = {}
     for point in points:
         if point.value != point.value:  # NaN has no order: not a minimum nor a maximum
             continue
         for width in WIDTHS:
             key = (point.name, width, point.seq // width)
-            row = merged.get(key)
-            if row is None:
-                merged[key] = {
-                    "job_id": job_id,
-                    "name": point.name,
-                    "width": width,
-                    "bucket": point.seq // width,
-                    "min_value": point.value,
-                    "min_seq": point.seq,
-                    "max_value": point.value,
-                    "max_seq": point.seq,
-                }
+            ends = merged.get(key)
+            if ends is None:
+                merged[key] = [point, point]
                 continue
-            if point.value < row["min_value"]:
-                row["min_value"], row["min_seq"] = point.value, point.seq
-            if point.value > row["max_value"]:
-                row["max_value"], row["max_seq"] = point.value, point.seq
+            if point.value < ends[0].value:
+                ends[0] = point
+            if point.value > ends[1].value:
+                ends[1] = point
     if merged:
-        session.execute(_upsert(session), list(merged.values()))
+        rows = [
+            {"job_id": job_id, "name": name, "width": width, "bucket": bucket}
+            | _extreme("min", low)
+            | _extreme("max", high)
+            for (name, width, bucket), (low, high) in merged.items()
+        ]
+        session.connection().execute(_upsert(session), rows)
+
+
+def _extreme(end: str, point: RollupPoint) -> dict[str, Any]:
+    return {
+        f"{end}_value": point.value,
+        f"{end}_seq": point.seq,
+        f"{end}_step": point.step,
+        f"{end}_epoch": point.epoch,
+        f"{end}_ts": point.ts,
+        f"{end}_attempt": point.attempt,
+    }
 
 
 def _upsert(session: Session) -> Any:
-    """INSERT … ON CONFLICT that keeps the smaller minimum and the larger maximum."""
+    """INSERT … ON CONFLICT that keeps the smaller minimum and the larger maximum, each whole
+    (every SET reads the row as it was, so one comparison holds for all of an extreme)."""
     dialect = session.get_bind().dialect.name
-    stmt: Any = (postgresql if dialect == "postgresql" else sqlite).insert(MetricRollup)
+    # On the table, not the model: the ORM's bulk insert took most of the write's time.
     table = MetricRollup.__table__  # type: ignore[attr-defined]
+    stmt: Any = (postgresql if dialect == "postgresql" else sqlite).insert(table)
     new = stmt.excluded
-    lower = new.min_value < table.c.min_value
-    higher = new.max_value > table.c.max_value
+    replaces = {
+        "min": new.min_value < table.c.min_value,
+        "max": new.max_value > table.c.max_value,
+    }
+    set_ = {
+        column: case((replaces[end], new[column]), else_=table.c[column])
+        for end in replaces
+        for column in (f"{end}_{field}" for field in ("value", "seq", *EXTREME_FIELDS))
+    }
     return stmt.on_conflict_do_update(
-        index_elements=["job_id", "width", "name", "bucket"],
-        set_={
-            "min_value": case((lower, new.min_value), else_=table.c.min_value),
-            "min_seq": case((lower, new.min_seq), else_=table.c.min_seq),
-            "max_value": case((higher, new.max_value), else_=table.c.max_value),
-            "max_seq": case((higher, new.max_seq), else_=table.c.max_seq),
-        },
+        index_elements=["job_id", "width", "name", "bucket"], set_=set_
     )
 
 
@@ -101,7 +136,7 @@ def metric_names(session: Session, job_id: str) -> list[str]:
 
 def downsample(
     session: Session, job_id: str, name: str, *, last_seq: int, max_points: int
-) -> list[Row[Any]]:
+) -> list[Row[Any]] | list[ChartPoint]:
     """At most `max_points` points of one metric with seq ≤ `last_seq`, in seq order: every
     point if there are that few, else each bucket's minimum and maximum. Rows of
     `POINT_COLUMNS`, not ORM objects: a chart has thousands of points, and an ORM object
@@ -119,31 +154,32 @@ def downsample(
     buckets = max(1, max_points // 2)
     # The finest width with at most twice the buckets wanted, merged below to `buckets`.
     width = next((w for w in WIDTHS if last_seq // w + 1 <= 2 * buckets), WIDTHS[-1])
-    stmt = select(
-        MetricRollup.min_value, MetricRollup.min_seq, MetricRollup.max_value, MetricRollup.max_seq
-    ).where(MetricRollup.job_id == job_id, MetricRollup.width == width, MetricRollup.name == name)
-    rows = session.exec(stmt.order_by(col(MetricRollup.bucket))).all()
+    stmt = select(*ROLLUP_EXTREMES).where(
+        MetricRollup.job_id == job_id, MetricRollup.width == width, MetricRollup.name == name
+    )
+    rows = session.execute(stmt.order_by(col(MetricRollup.bucket))).all()
     if not rows:  # points written before rollups were kept: bucket them here
         return _downsample_scan(session, base, last_seq, buckets)
     step = -(-len(rows) // buckets)
-    wanted: set[int] = set()
+    chosen: dict[int, ChartPoint] = {}
     for start in range(0, len(rows), step):
+        group = rows[start : start + step]
         # Extremes written after `last_seq` was read are left out (the stream brings them).
-        lows = [(v, seq) for v, seq, _, _ in rows[start : start + step] if seq <= last_seq]
-        highs = [(v, seq) for _, _, v, seq in rows[start : start + step] if seq <= last_seq]
+        lows = [e for e in (_point(r[:6], name) for r in group) if e.seq <= last_seq]
+        highs = [e for e in (_point(r[6:], name) for r in group) if e.seq <= last_seq]
         if lows:
-            wanted.add(min(lows)[1])
+            low = min(lows, key=lambda p: (p.value, p.seq))
+            chosen[low.seq] = low
         if highs:
-            wanted.add(max(highs)[1])
-    ordered = sorted(wanted)
-    points: list[Row[Any]] = []
-    for start in range(0, len(ordered), MAX_IDS_PER_QUERY):
-        chunk = ordered[start : start + MAX_IDS_PER_QUERY]
-        stmt_points = select(*POINT_COLUMNS).where(
-            MetricPoint.job_id == job_id, col(MetricPoint.seq).in_(chunk)
-        )
-        points += session.execute(stmt_points).all()
-    return sorted(points, key=lambda p: p.seq)
+            high = max(highs, key=lambda p: (p.value, p.seq))
+            chosen[high.seq] = high
+    return [chosen[seq] for seq in sorted(chosen)]
+
+
+def _point(extreme: Sequence[Any], name: str) -> ChartPoint:
+    """(value, seq, step, epoch, ts, attempt) of a rollup row's extreme, as a chart's point."""
+    value, seq, step, epoch, ts, attempt = extreme
+    return ChartPoint(seq, step, epoch, name, value, ts, attempt)
 
 
 def _downsample_scan(session: Session, base: Any, last_seq: int, buckets: int) -> list[Row[Any]]:

@@ -118,7 +118,12 @@ def _insert_points(
         ],
     )
     add_to_rollups(
-        session, job_id, [RollupPoint(first + i, p.name, p.value) for i, p in enumerate(points)]
+        session,
+        job_id,
+        [
+            RollupPoint(first + i, p.name, p.value, p.step, p.epoch, p.ts, attempt)
+            for i, p in enumerate(points)
+        ],
     )
     latest = session.exec(select(Job.latest_metrics).where(Job.id == job_id)).one()
     values: dict[str, Any] = {

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import update
+from sqlalchemy import event, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
@@ -19,7 +19,7 @@ from service.db import make_engine
 from service.models import Job, LogLine, MetricPoint, MetricRollup, utcnow
 from service.retention import prune_outputs
 from service.settings import Settings
-from service.store.metric_rollups import downsample
+from service.store.metric_rollups import WIDTHS, downsample
 
 
 @pytest.fixture
@@ -102,6 +102,75 @@ def test_rollups_answer_as_a_scan_of_every_point_would(engine: Engine) -> None:
         scanned = downsample(session, job_id, "loss", last_seq=last_seq, max_points=64)
         assert len(scanned) <= 64 and {50.0, -50.0} <= {p.value for p in scanned}
         session.rollback()
+
+
+def test_rollups_keep_each_extreme_whole_as_its_point_was_written(engine: Engine) -> None:
+    """Every rollup row, at every width, holds its bucket's smallest and largest point (the
+    first of equals) with that point's own step, epoch, ts and attempt, though buckets span
+    the writer's batches."""
+    job_id = running_job(engine)
+    write_series(engine, job_id, steps=1300, spike_at=345)
+    with Session(engine) as session:
+        points = session.exec(select(MetricPoint).where(MetricPoint.job_id == job_id)).all()
+        rollups = session.exec(select(MetricRollup).where(MetricRollup.job_id == job_id)).all()
+    assert {r.width for r in rollups} == set(WIDTHS)
+    for row in rollups:
+        own = [p for p in points if p.name == row.name and p.seq // row.width == row.bucket]
+        low = min(own, key=lambda p: (p.value, p.seq))
+        high = max(own, key=lambda p: (p.value, -p.seq))
+        for end, point in (("min", low), ("max", high)):
+            kept = {f: getattr(row, f"{end}_{f}") for f in EXTREME}
+            assert kept == {f: getattr(point, f) for f in EXTREME}, (row, end)
+    assert len(rollups) == len({(p.name, w, p.seq // w) for p in points for w in WIDTHS})
+
+
+EXTREME = ("value", "seq", "step", "epoch", "ts", "attempt")
+
+
+def test_a_chart_reads_no_point_rows_beyond_its_size_check(api: TestClient, engine: Engine) -> None:
+    """A downsampled chart reads the rollups alone (one count on the points' index decides
+    that the series does not fit), and its points are the raw points, field for field."""
+    job_id = running_job(engine)
+    write_series(engine, job_id, steps=1500, spike_at=1234)
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    with Session(engine) as session:
+        last_seq = session.exec(select(Job.last_seq).where(Job.id == job_id)).one()
+        event.listen(engine, "before_cursor_execute", record)
+        try:
+            chart = downsample(session, job_id, "loss", last_seq=last_seq, max_points=100)
+        finally:
+            event.remove(engine, "before_cursor_execute", record)
+        raw = {
+            p.seq: p
+            for p in session.exec(
+                select(MetricPoint).where(MetricPoint.job_id == job_id, MetricPoint.name == "loss")
+            ).all()
+        }
+    assert len(statements) == 2, statements
+    assert sum("metric_point" in s for s in statements) == 1
+    assert "count(" in next(s for s in statements if "metric_point" in s).lower()
+    assert 50 <= len(chart) <= 100 and {50.0, -50.0} <= {p.value for p in chart}
+    for point in chart:
+        row = raw[point.seq]
+        assert tuple(point) == (
+            row.seq,
+            row.step,
+            row.epoch,
+            row.name,
+            row.value,
+            row.ts,
+            row.attempt,
+        )
+    # Over HTTP: the same points, as `GET …/metrics` pages them.
+    body = api.get(f"/v1/jobs/{job_id}/metrics", params={"name": "loss", "max_points": 100}).json()
+    assert [p["seq"] for p in body["items"]] == [p.seq for p in chart]
+    paged = api.get(f"/v1/jobs/{job_id}/metrics", params={"name": "loss", "limit": 2000})
+    by_seq = {p["seq"]: p for p in paged.json()["items"]}
+    assert body["items"] == [by_seq[p["seq"]] for p in body["items"]]
 
 
 BAD_MAX_POINTS: list[tuple[dict[str, Any], int]] = [

@@ -1,13 +1,21 @@
 """The migrations build exactly the tables the models describe (SQLite and PostgreSQL)."""
 
+from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
-from sqlmodel import SQLModel
+from sqlalchemy.engine import make_url
+from sqlmodel import Session, SQLModel, col, select
 
 import service.models  # noqa: F401  (registers the tables)
-from service.db import make_engine
+from jobs.spec import JobSpec
+from service import store
+from service.db import MIGRATIONS_DIR, make_engine
+from service.models import Job, MetricPoint, MetricRollup
 from service.settings import Settings
 
 
@@ -35,3 +43,82 @@ def _other_dialects_index(difference: Any, dialect: str) -> bool:
             if index.name == name and only_on is not None:
                 return only_on.dialect not in (None, dialect)
     return False
+
+
+def migrate(url: str, revision: str, *, down: bool = False) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    (command.downgrade if down else command.upgrade)(config, revision)
+
+
+OLD_ROLLUP = sa.table(
+    "metric_rollup",
+    *(sa.column(c) for c in ("job_id", "width", "name", "bucket")),
+    *(sa.column(c) for c in ("min_value", "min_seq", "max_value", "max_seq")),
+)
+
+
+def test_rollups_stored_before_0014_get_their_extremes_from_the_points(database_url: str) -> None:
+    """A database with points and rollups at 0013 (rollups without the extremes' step,
+    epoch, ts and attempt) is upgraded: each rollup row gets them from its points, a row whose
+    points are gone is dropped, and the chart then reads the same points as the raw rows."""
+    if database_url.startswith("sqlite"):
+        Path(make_url(database_url).database or "").parent.mkdir(parents=True, exist_ok=True)
+    migrate(database_url, "0013")
+    engine = make_engine(database_url)
+    try:
+        with Session(engine, expire_on_commit=False) as session:
+            job = store.create_job(session, JobSpec(name="old", recipe="synthetic"))
+            points = [
+                {"job_id": job.id, "seq": seq, "attempt": 1 + seq // 300, "name": "loss"}
+                | {"step": seq * 10, "epoch": None if seq % 2 else seq // 100}
+                | {"value": ((seq * 37) % 101) / 7.0, "ts": 1000.0 + seq / 3}
+                for seq in range(1, 640)
+            ]
+            session.execute(sa.insert(MetricPoint), points)
+            rollups = []
+            for bucket in range(11):  # 10 of 64 seqs, and an eleventh whose points are gone
+                own = [p for p in points if p["seq"] // 64 == bucket] or [
+                    {"seq": 10_000, "value": 1.0}
+                ]
+                low = min(own, key=lambda p: (p["value"], p["seq"]))
+                high = max(own, key=lambda p: (p["value"], -p["seq"]))
+                rollups.append(
+                    {"job_id": job.id, "width": 64, "name": "loss", "bucket": bucket}
+                    | {"min_value": low["value"], "min_seq": low["seq"]}
+                    | {"max_value": high["value"], "max_seq": high["seq"]}
+                )
+            session.execute(sa.insert(OLD_ROLLUP), rollups)
+            session.execute(sa.update(Job).where(col(Job.id) == job.id).values(last_seq=639))
+            session.commit()
+        migrate(database_url, "head")
+        by_seq = {p["seq"]: p for p in points}
+        with Session(engine) as session:
+            rows = session.exec(select(MetricRollup).where(MetricRollup.job_id == job.id)).all()
+            assert sorted(r.bucket for r in rows) == list(range(10))
+            for row in rows:
+                for end in ("min", "max"):
+                    raw = by_seq[getattr(row, f"{end}_seq")]
+                    got = {f: getattr(row, f"{end}_{f}") for f in ("step", "epoch", "ts")}
+                    assert got == {f: raw[f] for f in ("step", "epoch", "ts")}
+                    assert getattr(row, f"{end}_attempt") == raw["attempt"]
+                    assert getattr(row, f"{end}_value") == raw["value"]
+            chart = store.downsample(session, job.id, "loss", last_seq=639, max_points=20)
+            assert 2 < len(chart) <= 20
+            for point in chart:
+                raw = by_seq[point.seq]
+                assert tuple(point) == tuple(
+                    raw[c] for c in ("seq", "step", "epoch", "name", "value", "ts", "attempt")
+                )
+            assert {p.seq for p in chart} >= {
+                min(points, key=lambda p: (p["value"], p["seq"]))["seq"],
+                max(points, key=lambda p: (p["value"], -p["seq"]))["seq"],
+            }
+        # And back to 0013's table, its rows kept.
+        migrate(database_url, "0013", down=True)
+        with engine.connect() as connection:
+            left = connection.execute(sa.select(sa.func.count()).select_from(OLD_ROLLUP)).one()
+        assert left[0] == 10
+    finally:
+        engine.dispose()
