@@ -2,8 +2,8 @@
 environment where it bears on speed, the same thread counts, CPU priority, scheduling policy,
 affinity, scheduling control groups and session group (Linux's autogroup), and unbuffered
 output; and its supervisor's threads run in SCHED_BATCH, so they never pre-empt it when they
-wake, yet cannot be starved by it. Both ways run the same program under a real torchrun; nothing here is
-timed."""
+wake, yet cannot be starved by it. Both ways run the same program under a real torchrun;
+nothing here is timed."""
 
 import json
 import os
