@@ -158,9 +158,10 @@ PORT_IN_USE_HINT = (
 
 def aborted_after_finishing(launcher_text: str, log_dir: Path, restart: int) -> bool:
     """Whether a rank died of SIGABRT, every other failed rank was stopped by torchrun after
-    it, and every rank had left the SDK's `distributed()` (its ``rank-<n>.finished``, of this
-    restart) before: the abort at interpreter exit that torch + gloo sometimes show, after the
-    program finished."""
+    it, and every rank had finished before (its ``rank-<n>.finished`` of this restart, left by
+    the rank entry when the program returned or by the SDK's `distributed()` when it was
+    left): the abort at interpreter exit that torch + gloo sometimes show, after the program
+    finished."""
     _, failures = parse_torchrun_failures(launcher_text)
     codes = {f.exit_code for f in failures}
     if not codes & set(ABORTS) or not codes <= {*ABORTS, *STOPPED_BY_LAUNCHER}:
@@ -213,7 +214,7 @@ def classify_exit(
             ExitReason.COMPLETED,
             0,
             f"warning: rank {failure.rank} was aborted (SIGABRT) at interpreter exit, after "
-            "every rank had finished its work (left distributed()); a known torch + gloo "
+            "every rank had finished its program; a known torch + gloo "
             "abort at exit: the job's results are complete",
         )
     record = records.get(failure.rank)

@@ -19,6 +19,12 @@ and this file:
   so the rank's PID is the program's and torchrun's signals reach it directly;
 - on an uncaught exception, writes ``DIR/rank-<RANK>.error.json`` (and torchelastic's own error
   file) before exiting 1 as Python does, so the worker can name the failing rank and its error.
+- when the program returns (or exits 0), writes ``DIR/rank-<RANK>.finished``, as the SDK's
+  `distributed()` does when it is left (the same file, written here without importing the
+  SDK), then releases a process group the program left open (collected, then destroyed):
+  torch + gloo sometimes abort a rank at interpreter exit after its program finished
+  (SIGABRT, "terminate called without an active exception"), and the worker then reads the
+  job's results as complete only where every rank had finished (`worker.outcome`).
 
 It is run as a script, not imported as `worker.rank_main`: user code in the working directory
 could hold a `worker` package of its own. For the same reason it imports only the standard
@@ -26,6 +32,7 @@ library, and it resets ``sys.path[0]`` to what plain Python would have put there
 """
 
 import ctypes
+import gc
 import json
 import os
 import runpy
@@ -164,6 +171,25 @@ def record_error(log_dir: Path, rank: str, summary: str, text: str, exit_code: i
         pass
 
 
+def finish(log_dir: Path, rank: str) -> None:
+    """The program finished: say so, then release the process group it left open. Never
+    raises."""
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    try:
+        (log_dir / f"rank-{rank}.finished").write_text(json.dumps({"restart": restart}))
+    except OSError:
+        pass
+    dist = sys.modules.get("torch.distributed")  # imported by the program, if at all
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            # DDP wrappers sit in reference cycles that keep the gloo group alive until
+            # interpreter exit, where its threads may abort the rank (the SDK does the same).
+            gc.collect()
+            dist.destroy_process_group()
+    except Exception:  # the program's results are complete whatever teardown says
+        pass
+
+
 def _set_program_path(directory: str) -> None:
     """Put the program's directory first on sys.path, as plain Python would: in place of this
     file's directory, or, under ``-I`` (which adds none), in front."""
@@ -203,6 +229,8 @@ def main() -> None:
         if code not in (None, 0):
             exit_code = code if isinstance(code, int) else 1
             record_error(log_dir, rank, f"SystemExit: {code}", "", exit_code)
+        else:
+            finish(log_dir, rank)
         raise
     except KeyboardInterrupt:
         raise
@@ -212,6 +240,7 @@ def main() -> None:
         sys.stderr.write(text)
         sys.stderr.flush()
         raise SystemExit(1) from None
+    finish(log_dir, rank)
 
 
 if __name__ == "__main__":

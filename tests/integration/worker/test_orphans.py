@@ -66,7 +66,10 @@ def test_launcher_and_rank_die_with_a_sigkilled_supervisor(tmp_path: Path, marke
     env = {**os.environ, "LAUNCHBAY_JOB_ID": marker, "PYTHONPATH": str(Path.cwd())}
     proc = subprocess.Popen([sys.executable, "-c", supervisor], env=env, start_new_session=True)
     try:
-        assert wait_until(lambda: (tmp_path / "rank-0.log").exists(), timeout=30)
+        log = tmp_path / "rank-0.log"
+        # The rank is running its program (it printed): on a loaded machine the log file
+        # exists a while before that.
+        assert wait_until(lambda: log.exists() and log.read_text() == "rank running\n", 30)
         assert wait_until(lambda: len(marked(marker)) == 3, timeout=10)
         proc.kill()
         killed = time.monotonic()
