@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.engine import Engine
 from sqlmodel import Session, func, select
 
 from service.app import create_app
@@ -32,6 +33,16 @@ def api(settings: Settings) -> Iterator[TestClient]:
     """The app, called as the admin (`LAUNCHBAY_ADMIN_TOKEN`) unless a request says otherwise."""
     with TestClient(create_app(settings), raise_server_exceptions=False, headers=ADMIN) as client:
         yield client
+
+
+@pytest.fixture
+def engine(settings: Settings) -> Iterator[Engine]:
+    """An engine on the test's database (migrated), disposed of afterwards."""
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 def count_jobs(settings: Settings) -> int:

@@ -4,7 +4,6 @@ per-owner upload rate."""
 
 import io
 import zipfile
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -83,13 +82,6 @@ def rows(settings: Settings) -> list[tuple[str, str, int, int]]:
             return sorted((r.code_id, r.owner, r.size, r.unpacked_size) for r in found)
     finally:
         engine.dispose()
-
-
-@pytest.fixture
-def engine(settings: Settings) -> Iterator[Any]:
-    engine = make_engine(settings.resolved_database_url)
-    yield engine
-    engine.dispose()
 
 
 def set_state(engine: Any, job_id: str, state: str) -> None:

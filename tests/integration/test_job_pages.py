@@ -2,7 +2,6 @@
 paged backwards, the per-job log cap and the retention of old jobs' outputs (real databases)."""
 
 import math
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -12,29 +11,13 @@ from sqlalchemy import event, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
 from service import store
-from service.db import make_engine
 from service.models import Job, LogLine, MetricPoint, MetricRollup, utcnow
 from service.retention import prune_outputs
 from service.settings import Settings
 from service.store.metric_rollups import WIDTHS, downsample
-
-
-@pytest.fixture
-def engine(settings: Settings) -> Iterator[Engine]:
-    engine = make_engine(settings.resolved_database_url)
-    yield engine
-    engine.dispose()
-
-
-def running_job(engine: Engine) -> str:
-    with Session(engine, expire_on_commit=False) as session:
-        job = store.create_job(session, JobSpec(name="long", recipe="synthetic"))
-        store.transition_job(session, job.id, JobState.STARTING, attempt=1)
-        store.transition_job(session, job.id, JobState.RUNNING, attempt=1)
-        return job.id
+from tests.support.registry import running_job
 
 
 def write_series(engine: Engine, job_id: str, steps: int, spike_at: int) -> None:

@@ -2,10 +2,8 @@
 hosts the rendezvous, and how the nodes' ends decide the attempt; the reaper on a lost node."""
 
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 
-import pytest
 from redis import Redis
 from rq import Queue
 from sqlalchemy import update
@@ -15,20 +13,11 @@ from sqlmodel import col, select
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState, NodeState
 from service import store
-from service.db import make_engine, session_scope
+from service.db import session_scope
 from service.models import Job, JobEvent, JobNode, utcnow
 from service.queue import RQExecutor, attempt_tasks, enqueue_attempt, rq_job_id
 from service.reaper import reap_once
 from service.settings import Settings
-
-
-@pytest.fixture
-def engine(settings: Settings) -> Iterator[Engine]:
-    engine = make_engine(settings.resolved_database_url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 def new_job(engine: Engine, nnodes: int = 2, max_retries: int = 0) -> str:

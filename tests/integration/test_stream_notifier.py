@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -18,12 +17,11 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
 from service import store
-from service.db import make_engine
 from service.settings import Settings
 from service.stream_notifier import StreamNotifier
+from tests.support.registry import running_job
 
 # Another process writes as a worker does: log lines, then the job's end.
 WRITER = """
@@ -40,21 +38,6 @@ with Session(engine) as session:
                              exit_reason=ExitReason.COMPLETED)
 engine.dispose()
 """
-
-
-@pytest.fixture
-def engine(settings: Settings) -> Iterator[Engine]:
-    engine = make_engine(settings.resolved_database_url)
-    yield engine
-    engine.dispose()
-
-
-def running_job(engine: Engine) -> str:
-    with Session(engine, expire_on_commit=False) as session:
-        job = store.create_job(session, JobSpec(name="watched", recipe="synthetic"))
-        store.transition_job(session, job.id, JobState.STARTING, attempt=1)
-        store.transition_job(session, job.id, JobState.RUNNING, attempt=1)
-        return job.id
 
 
 def write_from_another_process(url: str, job_id: str, end: bool = False) -> None:
