@@ -136,12 +136,16 @@ class Settings(BaseSettings):
     # `local` (the data dir) or `s3://bucket/prefix` on AWS or LAUNCHBAY_S3_ENDPOINT_URL, with
     # the standard AWS_* credentials. With `s3_presigned_downloads`, a download is answered
     # with a 307 to a URL of the store valid for `s3_presign_ttl_s`. A checkpoint upload that
-    # fails is tried again for `checkpoint_upload_retry_s`.
+    # fails is tried again for `checkpoint_upload_retry_s`. While a job's ranks run, a worker
+    # reads its checkpoints (to hash and upload them) at most `checkpoint_upload_bytes_per_s`
+    # (0: no bound), so a rank on a neighbouring core is not slowed by the memory traffic
+    # (docs/benchmarks.md, P9c); once no rank is left, at full speed.
     artifact_store: str = Field(default="local", pattern=ARTIFACT_STORE_PATTERN)
     s3_endpoint_url: str | None = None
     s3_presigned_downloads: bool = False
     s3_presign_ttl_s: int = Field(default=300, ge=1, le=7 * 24 * 3600)
     checkpoint_upload_retry_s: float = Field(default=300.0, ge=0)
+    checkpoint_upload_bytes_per_s: int = Field(default=64 * 1024 * 1024, ge=0)
     # Scheduling (docs/scheduling.md): `fifo`, each queue first in first out to whichever
     # worker takes it; `dispatcher`, admitted by the API's dispatcher onto free devices, by
     # priority, fair share and quotas (per-owner weights and quotas: /v1/policies).

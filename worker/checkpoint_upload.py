@@ -13,6 +13,11 @@ only looks at the finished futures, so a slow upload never holds the loop, nor t
   do the threads it starts (the store client's): reading, hashing and sending a large
   checkpoint never pre-empt a rank and yield to the supervisor's own work, yet cannot be
   starved by ranks that use every core.
+- While the ranks may still train, the thread reads at most `bytes_per_s` (`Pace`, the
+  setting `LAUNCHBAY_CHECKPOINT_UPLOAD_BYTES_PER_S`): on a host whose cores the ranks keep
+  busy, reading and hashing a checkpoint at full speed slows a rank on a neighbouring core
+  through the memory traffic alone (docs/benchmarks.md, P9c). Once no rank is left (the
+  registrar's final poll) the pace is lifted and the rest goes at full speed.
 - After the upload the source is looked at again: a file (or tree) that changed meanwhile was
   still being written, and is refused (`CheckpointRejected`).
 """
@@ -20,8 +25,9 @@ only looks at the finished futures, so a slow upload never holds the loop, nor t
 import hashlib
 import logging
 import os
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +40,36 @@ from worker.supervise import run_in_batches
 log = logging.getLogger(__name__)
 CHUNK = 8 * 1024 * 1024
 TAR_MEDIA_TYPE = "application/x-tar"
+
+
+class Pace:
+    """A bound on the bytes a second that checkpoint reads may take, until `lift()`; None: no
+    bound. Shared by every upload of one attempt."""
+
+    def __init__(self, bytes_per_s: float | None = None) -> None:
+        self.bytes_per_s = bytes_per_s
+        self._lifted = threading.Event()
+        if not bytes_per_s:
+            self._lifted.set()
+
+    def lift(self) -> None:
+        """From now on every read goes at full speed (a read waiting for its turn goes at once)."""
+        self._lifted.set()
+
+    @property
+    def lifted(self) -> bool:
+        return self._lifted.is_set()
+
+    def chunks(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        """`chunks`, each next one asked for no sooner than the bound allows."""
+        began, taken = time.monotonic(), 0
+        for chunk in chunks:
+            yield chunk
+            taken += len(chunk)
+            if self.bytes_per_s and not self._lifted.is_set():
+                ahead = taken / self.bytes_per_s - (time.monotonic() - began)
+                if ahead > 0:
+                    self._lifted.wait(ahead)
 
 
 class UploadRefused(Exception):
@@ -68,25 +104,36 @@ def read_chunks(path: Path, size: int, inode: int | None = None) -> Iterator[byt
             yield chunk
 
 
+NO_PACE = Pace()
+
+
 def store_file(
-    store: ArtifactStore, key: str, path: Path, size: int, inode: int | None = None
+    store: ArtifactStore,
+    key: str,
+    path: Path,
+    size: int,
+    inode: int | None = None,
+    pace: Pace = NO_PACE,
 ) -> Stored:
+    chunks = pace.chunks(read_chunks(path, size, inode))
     if store.remote:
-        stored = store.put(key, read_chunks(path, size, inode))
+        stored = store.put(key, chunks)
         return Stored(stored.size, stored.sha256)
     digest = hashlib.sha256()
-    for chunk in read_chunks(path, size, inode):
+    for chunk in chunks:
         digest.update(chunk)
     return Stored(size, digest.hexdigest())
 
 
-def store_tree(store: ArtifactStore, key: str, root: Path, files: list[TreeFile]) -> Stored:
+def store_tree(
+    store: ArtifactStore, key: str, root: Path, files: list[TreeFile], pace: Pace = NO_PACE
+) -> Stored:
     tree = TreeDigest(root, files)
     try:
         if store.remote:
-            store.put(key, tree.stream(), content_type=TAR_MEDIA_TYPE)
+            store.put(key, pace.chunks(tree.stream()), content_type=TAR_MEDIA_TYPE)
         else:
-            for _ in tree.stream():
+            for _ in pace.chunks(tree.stream()):
                 pass
     except TreeRefused as exc:
         raise UploadRefused(str(exc)) from None
@@ -116,9 +163,15 @@ class CheckpointUploader:
     """One background thread that stores checkpoints, one at a time, in submission order."""
 
     def __init__(
-        self, store: ArtifactStore, *, retry_for_s: float = 300.0, first_backoff_s: float = 0.5
+        self,
+        store: ArtifactStore,
+        *,
+        retry_for_s: float = 300.0,
+        first_backoff_s: float = 0.5,
+        pace: Pace = NO_PACE,
     ) -> None:
         self.store = store
+        self.pace = pace
         self.retry_for_s = retry_for_s
         self.first_backoff_s = first_backoff_s
         self._pool = ThreadPoolExecutor(
@@ -146,9 +199,10 @@ class CheckpointUploader:
         while True:
             try:
                 if path.is_dir():
-                    stored = store_tree(self.store, key, path, tree_files(path))
+                    stored = store_tree(self.store, key, path, tree_files(path), self.pace)
                 else:
-                    stored = store_file(self.store, key, path, path.stat().st_size, inode)
+                    size = path.stat().st_size
+                    stored = store_file(self.store, key, path, size, inode, self.pace)
                 unchanged()
                 return stored
             except StoreError as exc:
@@ -159,7 +213,9 @@ class CheckpointUploader:
                 backoff = min(backoff * 2, 10.0)
 
     def close(self, wait: bool = True) -> None:
-        """Stop taking work; with `wait`, finish what was submitted (retries included)."""
+        """Stop taking work; with `wait`, finish what was submitted (retries included), at
+        full speed."""
+        self.pace.lift()
         if not wait:
             self._closing = True
         self._pool.shutdown(wait=wait, cancel_futures=not wait)

@@ -51,7 +51,7 @@ from service.store import (
     list_checkpoints,
     register_checkpoint,
 )
-from worker.checkpoint_upload import CheckpointUploader, Stored, UploadRefused
+from worker.checkpoint_upload import CheckpointUploader, Pace, Stored, UploadRefused
 from worker.events import CheckpointEvent
 
 log = logging.getLogger(__name__)
@@ -201,7 +201,9 @@ class CheckpointRegistrar:
         policy: CheckpointPolicy,
         store: ArtifactStore | None = None,
         upload_retry_s: float = 300.0,
+        upload_bytes_per_s: int = 0,
     ) -> None:
+        """`upload_bytes_per_s` bounds reading checkpoints until the final poll (0: none)."""
         self.engine = engine
         self.job_id, self.attempt = ref.job_id, ref.attempt
         self.data_dir = data_dir.resolve()
@@ -209,7 +211,9 @@ class CheckpointRegistrar:
         self.policy = policy
         self.pending: dict[Path, _Pending] = {}
         self.store: ArtifactStore = store or LocalStore(data_dir)
-        self.uploader = CheckpointUploader(self.store, retry_for_s=upload_retry_s)
+        self.uploader = CheckpointUploader(
+            self.store, retry_for_s=upload_retry_s, pace=Pace(upload_bytes_per_s)
+        )
         self.registered = 0
         self.rejected = 0
         # The job is no longer this attempt's: nothing more is registered.
@@ -258,6 +262,7 @@ class CheckpointRegistrar:
                     signed.inode if isinstance(signed, FileSignature) else None,
                 )
         if final:
+            self.uploader.pace.lift()  # no rank is left to slow down
             wait([p.upload for p in self.pending.values() if p.upload is not None])
         for path, pending in list(self.pending.items()):
             if pending.upload is None or not pending.upload.done():

@@ -111,6 +111,7 @@ class AttemptMonitor:
             policy=spec.checkpoint,
             store=store_for(settings),
             upload_retry_s=settings.checkpoint_upload_retry_s,
+            upload_bytes_per_s=settings.checkpoint_upload_bytes_per_s,
         )
         self.ingestor = Ingestor(
             engine,

@@ -3,6 +3,7 @@
 import io
 import os
 import sys
+import time
 import zipfile
 from concurrent.futures import wait
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from jobs.spec import CheckpointPolicy
 from jobs.states import AttemptRef
 from service.models import Checkpoint
-from worker.checkpoint_upload import Stored
+from worker.checkpoint_upload import Pace, Stored
 from worker.checkpoints import (
     CheckpointRegistrar,
     CheckpointRejected,
@@ -61,10 +62,10 @@ def test_paths_must_stay_inside(tmp_path: Path) -> None:
             resolve_checkpoint(folder, bad)
 
 
-def zip_bytes() -> bytes:
+def zip_bytes(data: bytes = b"y" * 5000) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("archive/data.pkl", b"y" * 5000)
+        archive.writestr("archive/data.pkl", data)
     return buffer.getvalue()
 
 
@@ -96,7 +97,7 @@ def test_safetensors_length(tmp_path: Path) -> None:
 class RecordingRegistrar(CheckpointRegistrar):
     """The registrar with its two database writes recorded instead of made."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, upload_bytes_per_s: int = 0) -> None:
         folder = data_dir / "checkpoints" / "j"
         folder.mkdir(parents=True)
         super().__init__(
@@ -105,6 +106,7 @@ class RecordingRegistrar(CheckpointRegistrar):
             data_dir=data_dir,
             checkpoint_dir=folder,
             policy=CheckpointPolicy(),
+            upload_bytes_per_s=upload_bytes_per_s,
         )
         self.written: list[tuple[str, int | None, str]] = []
 
@@ -156,6 +158,34 @@ def test_a_checkpoint_still_open_for_writing_waits_and_is_refused_if_it_changed(
     registrar.stored()
     assert [name for name, _, _ in registrar.written] == ["held.pt"]
     assert registrar.rejected == 1 and not registrar.pending
+
+
+def test_reads_are_paced_while_ranks_may_run_and_go_at_full_speed_after_the_final_poll(
+    tmp_path: Path,
+) -> None:
+    """At 64 KiB/s a checkpoint of 8 MiB would take two minutes: while the ranks run it is
+    still being read; the final poll (no rank left) lifts the bound and it is stored at once."""
+    registrar = RecordingRegistrar(tmp_path, upload_bytes_per_s=64 * 1024)
+    (registrar.checkpoint_dir / "big.pt").write_bytes(zip_bytes(os.urandom(8 << 20)))
+    registrar.add(report("big.pt", 1))
+    [pending] = registrar.pending.values()
+    assert pending.upload is not None
+    assert wait([pending.upload], timeout=1.0).not_done  # one chunk read, the next held back
+    began = time.monotonic()
+    registrar.poll(final=True)
+    assert time.monotonic() - began < 60  # far below the two minutes the bound would take
+    assert [name for name, _, _ in registrar.written] == ["big.pt"]
+
+
+def test_a_pace_holds_reads_to_its_rate_until_lifted() -> None:
+    pace = Pace(bytes_per_s=100_000)
+    chunks = pace.chunks(bytes(10_000) for _ in range(10))
+    began = time.monotonic()
+    assert sum(len(next(chunks)) for _ in range(4)) == 40_000
+    assert time.monotonic() - began >= 0.3  # three waits of 0.1 s after the first three
+    pace.lift()
+    assert sum(len(c) for c in chunks) == 60_000 and pace.lifted
+    assert Pace(0).lifted and Pace(None).lifted  # no bound
 
 
 def test_worker_modules_do_not_shadow_the_standard_library() -> None:
