@@ -12,6 +12,7 @@ from bench.common import TABLE_HEADER, Result
 
 BENCHMARKS = {
     "training": "bench.p1_p2_training",
+    "interleaved": "bench.p1_interleaved",
     "api": "bench.p3_api",
     "metrics": "bench.p4_metrics",
     "download": "bench.p5_download",

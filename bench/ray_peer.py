@@ -138,19 +138,11 @@ class RayCluster:
         found.pop(os.getpid(), None)
         return [proc for proc in found.values() if _alive(proc)]
 
-    def torchrun(
-        self,
-        module: str,
-        config: dict[str, Any],
-        workdir: Path,
-        nproc: int = 2,
-        poll_s: float = 0.2,
-        timeout_s: float = 900,
-    ) -> tuple[float, list[dict[str, Any]]]:
-        """Submit `bench.common.bare_torchrun`'s command as a Ray job and wait for its end;
-        returns (submit time, events)."""
-        from ray.job_submission import JobStatus
-
+    def submit(
+        self, module: str, config: dict[str, Any], workdir: Path, nproc: int = 2
+    ) -> tuple[str, Path]:
+        """Submit `bench.common.bare_torchrun`'s command as a Ray job; (its id, its events
+        file)."""
         workdir.mkdir(parents=True, exist_ok=True)
         events = workdir / "events.jsonl"
         ours = torchrun_env(events, workdir, config)
@@ -161,8 +153,33 @@ class RayCluster:
             f"cd {json.dumps(str(workdir))} && {sys.executable} -m torch.distributed.run "
             f"--standalone --nproc_per_node={nproc} -m {module}"
         )
-        start = time.time()
         job_id = self.client.submit_job(entrypoint=command, runtime_env={"env_vars": ours})
+        return job_id, events
+
+    def stop_job(self, job_id: str, timeout_s: float = 60) -> None:
+        """Stop a Ray job and wait until Ray says it ended."""
+        self.client.stop_job(job_id)
+        deadline = time.monotonic() + timeout_s
+        while not self.client.get_job_status(job_id).is_terminal():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Ray job {job_id} did not stop in {timeout_s} s")
+            time.sleep(0.2)
+
+    def torchrun(
+        self,
+        module: str,
+        config: dict[str, Any],
+        workdir: Path,
+        nproc: int = 2,
+        poll_s: float = 0.2,
+        timeout_s: float = 900,
+    ) -> tuple[float, list[dict[str, Any]]]:
+        """The same command as a Ray job, waited for to its end; returns (submit time,
+        events)."""
+        from ray.job_submission import JobStatus
+
+        start = time.time()
+        job_id, events = self.submit(module, config, workdir, nproc)
         deadline = time.monotonic() + timeout_s
         while True:
             status = self.client.get_job_status(job_id)

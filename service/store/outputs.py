@@ -4,11 +4,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, update
+from sqlalchemy import bindparam, insert, update
 from sqlmodel import Session, col, select
 
-from service.models import Job, LogLine, MetricPoint
-from service.store.lifecycle import JOB_TABLE, allocate_seq
+from jobs.states import ACTIVE_STATES
+from service.models import LogLine, MetricPoint
+from service.store.lifecycle import JOB_TABLE, AttemptSuperseded
 from service.store.metric_rollups import RollupPoint, add_to_rollups
 
 
@@ -56,23 +57,29 @@ def append_output(
     progress: dict[str, Any] | None = None,
     max_log_bytes: int | None = None,
 ) -> None:
-    """Insert log lines and metric points in one transaction (bulk inserts: the worker calls
-    this several times a second beside busy ranks) and move the job's progress and latest
-    values forward. `progress` holds other Job columns to set (e.g. total_steps). Past
+    """Insert log lines and metric points in one transaction and move the job's progress and
+    latest values forward. `progress` holds other Job columns to set (e.g. total_steps). Past
     `max_log_bytes` stored for the job, log lines are counted, not stored (`cap_log_lines`).
+
+    The worker calls this several times a second beside busy ranks, so it is a few prebuilt
+    Core statements (no ORM, no statement built per call): the job row is read and its seqs
+    reserved in one UPDATE … RETURNING, the rows inserted in bulk, the rollups upserted, and
+    the job's counters, progress and latest values set in one more UPDATE.
 
     AttemptSuperseded, writing nothing, unless the job is active at `attempt`."""
     if not logs and not points:
         return
+    job_values: dict[str, Any] = {}
     if logs:
-        logs = cap_log_lines(session, job_id, logs, max_log_bytes)
+        logs, job_values = cap_log_lines(session, job_id, logs, max_log_bytes)
     if not logs and not points:
+        session.execute(update(JOB_TABLE).where(JOB_TABLE.c.id == job_id).values(**job_values))
         session.commit()
         return
-    first = allocate_seq(session, job_id, len(logs) + len(points), attempt=attempt)
+    first, latest = _reserve(session, job_id, attempt, len(logs) + len(points))
     if logs:
         session.execute(
-            insert(LogLine),
+            _INSERT_LOG_LINES,
             [
                 {
                     "job_id": job_id,
@@ -87,8 +94,22 @@ def append_output(
             ],
         )
     if points:
-        _insert_points(session, job_id, attempt, first + len(logs), points, progress)
+        _insert_points(session, job_id, attempt, first + len(logs), points)
+        job_values |= _progress_values(latest, points, progress)
+    if job_values:
+        session.execute(update(JOB_TABLE).where(JOB_TABLE.c.id == job_id).values(**job_values))
     session.commit()
+
+
+def _reserve(session: Session, job_id: str, attempt: int, count: int) -> tuple[int, Any]:
+    """`allocate_seq` that also returns the job's latest metric values: (first seq, latest)."""
+    row = session.execute(
+        _RESERVE, {"for_job": job_id, "for_attempt": attempt, "reserved": count}
+    ).one_or_none()
+    if row is None:
+        session.rollback()
+        raise AttemptSuperseded(f"job {job_id} is no longer run by attempt {attempt}")
+    return int(row.last_seq) - count + 1, row.latest_metrics
 
 
 def _insert_points(
@@ -97,12 +118,10 @@ def _insert_points(
     attempt: int,
     first: int,
     points: Sequence[NewMetricPoint],
-    progress: dict[str, Any] | None,
 ) -> None:
-    """The metric points at seqs from `first`, their rollups, and the job's progress and
-    latest values."""
+    """The metric points at seqs from `first`, and their rollups."""
     session.execute(
-        insert(MetricPoint),
+        _INSERT_METRIC_POINTS,
         [
             {
                 "job_id": job_id,
@@ -125,7 +144,14 @@ def _insert_points(
             for i, p in enumerate(points)
         ],
     )
-    latest = session.exec(select(Job.latest_metrics).where(Job.id == job_id)).one()
+
+
+def _progress_values(
+    latest: dict[str, Any] | None,
+    points: Sequence[NewMetricPoint],
+    progress: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The job's latest values and progress after `points`."""
     values: dict[str, Any] = {
         "latest_metrics": {**(latest or {}), **{p.name: p.value for p in points}},
         **(progress or {}),
@@ -135,7 +161,23 @@ def _insert_points(
         values["progress_step"] = last.step
     if last.epoch is not None:
         values["progress_epoch"] = last.epoch
-    session.execute(update(JOB_TABLE).where(col(Job.id) == job_id).values(**values))
+    return values
+
+
+# Built once: building a statement (and its cache key) per call was a fifth of a write.
+_INSERT_LOG_LINES = insert(LogLine.__table__)  # type: ignore[attr-defined]
+_INSERT_METRIC_POINTS = insert(MetricPoint.__table__)  # type: ignore[attr-defined]
+_RESERVE = (
+    update(JOB_TABLE)
+    .where(
+        JOB_TABLE.c.id == bindparam("for_job"),
+        JOB_TABLE.c.attempt == bindparam("for_attempt"),
+        JOB_TABLE.c.state.in_(list(ACTIVE_STATES)),
+    )
+    .values(last_seq=JOB_TABLE.c.last_seq + bindparam("reserved"))
+    .returning(JOB_TABLE.c.last_seq, JOB_TABLE.c.latest_metrics)
+)
+_LOG_BYTES = select(JOB_TABLE.c.log_bytes).where(JOB_TABLE.c.id == bindparam("job_id"))
 
 
 def list_log_lines(
@@ -179,11 +221,12 @@ LOG_CAP_NOTICE = (
 
 def cap_log_lines(
     session: Session, job_id: str, logs: Sequence[NewLogLine], max_log_bytes: int | None
-) -> Sequence[NewLogLine]:
-    """The lines to store under the job's log cap, counting their bytes on the job (not
-    committed). The lines past the cap are counted in `Job.log_lines_dropped`; when a job first
-    reaches the cap, a line saying so takes the place of the first line dropped."""
-    stored = session.exec(select(Job.log_bytes).where(Job.id == job_id)).first() or 0
+) -> tuple[Sequence[NewLogLine], dict[str, Any]]:
+    """The lines to store under the job's log cap, and the job's column values that count
+    their bytes (for the caller's update of the job). The lines past the cap are counted in
+    `Job.log_lines_dropped`; when a job first reaches the cap, a line saying so takes the
+    place of the first line dropped."""
+    stored = session.execute(_LOG_BYTES, {"job_id": job_id}).scalar_one_or_none() or 0
     kept: list[NewLogLine] = []
     used = 0
     dropped = 0
@@ -200,8 +243,7 @@ def cap_log_lines(
             dropped += 1
         else:
             dropped += 1
-    values: dict[str, Any] = {"log_bytes": Job.log_bytes + used}
+    values: dict[str, Any] = {"log_bytes": JOB_TABLE.c.log_bytes + used}
     if dropped:
-        values["log_lines_dropped"] = Job.log_lines_dropped + dropped
-    session.execute(update(JOB_TABLE).where(col(Job.id) == job_id).values(**values))
-    return kept
+        values["log_lines_dropped"] = JOB_TABLE.c.log_lines_dropped + dropped
+    return kept, values
