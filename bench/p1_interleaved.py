@@ -15,7 +15,9 @@ P1L ("up at once and idle when not measured"). Only the jobs' own processes are 
 Each slice's rate is steps/s between the first and the last metric line rank 0 wrote within
 it (after a warm-up); each round's ratio is a way's rate ÷ bare's in the same round. The
 CPU that Launchbay's own processes take in its slices and in the others' is counted from
-/proc (`bench.p1_counts`), so what they take while they are not measured is on the record.
+/proc (`bench.p1_counts`), so what they take while they are not measured is on the record,
+and so is each way's CPU per step (its agent's and ranks'): a way whose ranks do more work
+per step shows it there, one whose ranks wait more shows it only in steps/s.
 """
 
 import json
@@ -68,6 +70,18 @@ class Way:
     stop: Callable[[], None]
     procs: list[psutil.Process] = field(default_factory=list)
     slices: list[tuple[float, float]] = field(default_factory=list)
+    # CPU seconds of the agent and ranks in each slice
+    cpu: list[float] = field(default_factory=list)
+
+    def cpu_s(self) -> float:
+        total = 0.0
+        for proc in self.procs:
+            try:
+                times = proc.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system
+        return total
 
     def find(self, timeout_s: float = 180.0) -> None:
         """Wait for rank 0's first metric line, then find the agent and its ranks."""
@@ -85,6 +99,13 @@ class Way:
                 proc.send_signal(sig)
             except psutil.Error:
                 continue
+
+    def cpu_ms_per_step(self) -> list[float]:
+        """The agent's and ranks' CPU per step in each slice (both ranks' together)."""
+        return [
+            1e3 * cpu / (rate * (ended - began))
+            for cpu, rate, (began, ended) in zip(self.cpu, self.rates(), self.slices, strict=True)
+        ]
 
     def rates(self) -> list[float]:
         """Steps/s in each slice, between the first and last metric lines within it."""
@@ -253,11 +274,12 @@ def measure(ways: list[Way], stack: Stack, rounds: int) -> ServiceCpu:
         for way in rotated(ways, i):
             way.signal(signal.SIGCONT)
             time.sleep(WARM_S)
-            before, began = snapshot(service), time.time()
+            before, began, used = snapshot(service), time.time(), way.cpu_s()
             time.sleep(SLICE_S)
-            ended, after = time.time(), snapshot(service)
+            ended, after, used = time.time(), snapshot(service), way.cpu_s() - used
             way.signal(signal.SIGSTOP)
             way.slices.append((began, ended))
+            way.cpu.append(used)
             cpu.add(way.name == "launchbay", difference(before, after), ended - began)
     return cpu
 
@@ -266,14 +288,16 @@ def run(rounds: int = ROUNDS) -> list[Result]:
     scratch = Path(tempfile.mkdtemp(prefix="launchbay-bench-p1i-"))
     with_ray = ray_available()
     with all_ways(scratch, with_ray) as (ways, stack):
-        cpu = measure(ways, stack, rounds)
+        service = measure(ways, stack, rounds)
     rates = {way.name: way.rates() for way in ways}
     bare = rates["bare"]
     (scratch / "rates.json").write_text(json.dumps(rates))
+    per_step = {way.name: median(way.cpu_ms_per_step()) for way in ways}
 
     def row(rid: str, what: str, name: str, goal: str, met: bool | None, notes: str) -> Result:
         ratios = [w / b for w, b in zip(rates[name], bare, strict=True)]
         ratio = median(ratios)
+        cpu = f"agent and ranks {per_step[name]:.1f} ms of CPU a step (bare {per_step['bare']:.1f})"
         return Result(
             rid,
             what,
@@ -281,14 +305,14 @@ def run(rounds: int = ROUNDS) -> list[Result]:
             f"{len(ratios)} rounds, ratios {spread(ratios)})",
             goal,
             met if met is None else ratio >= 0.99,
-            notes,
+            f"{notes}; {cpu}",
         )
 
     how = (
         f"the ways interleaved: slices of {SLICE_S:.0f} s after {WARM_S} s of warm-up, order "
         f"rotated each round; {CONFIG['log_every_steps']} steps a metric line"
     )
-    lb_notes = f"{how}; {cpu.text()}"
+    lb_notes = f"{how}; {service.text()}"
     if with_ray:
         below = sum(lb < r for lb, r in zip(rates["launchbay"], rates["ray"], strict=True))
         lb_ray = median(rates["launchbay"]) / median(rates["ray"])

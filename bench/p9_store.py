@@ -186,6 +186,24 @@ STALL_WAYS = {
 }
 
 
+def stall_ratios(
+    windows: list[tuple[str, float, float]], steps: list[tuple[float, float]]
+) -> dict[str, list[float]]:
+    """For each busy window (every other one, "idle" ones either side), the mean time of the
+    steps that began in it ÷ the mean of the two idle windows' means, by way."""
+
+    def mean_step(a: float, b: float) -> float:
+        window = [dt for t, dt in steps if a <= t < b]
+        return sum(window) / len(window)
+
+    ratios: dict[str, list[float]] = {}
+    for i in range(1, len(windows) - 1, 2):
+        way, a, b = windows[i]
+        either_side = (mean_step(*windows[i - 1][1:]) + mean_step(*windows[i + 1][1:])) / 2
+        ratios.setdefault(way, []).append(mean_step(a, b) / either_side)
+    return ratios
+
+
 # long: one experiment: pin the rank and the worker to their cores, cycle idle and busy
 # windows of each way, compare the step times of each
 def step_stalls(
@@ -253,19 +271,8 @@ def step_stalls(
         if rank.poll() is None:
             rank.kill()
         _pin(os.getpid(), set(cpus))
-    steps: list[tuple[float, float]] = json.loads(record.read_text())
-
-    def mean_step(a: float, b: float) -> float:
-        window = [dt for t, dt in steps if a <= t < b]
-        return sum(window) / len(window)
-
-    ratios: dict[str, list[float]] = {way: [] for way in STALL_WAYS}
-    busy_s: dict[str, float] = {way: 0.0 for way in STALL_WAYS}
-    for i in range(1, len(windows) - 1, 2):
-        way, a, b = windows[i]
-        either_side = (mean_step(*windows[i - 1][1:]) + mean_step(*windows[i + 1][1:])) / 2
-        ratios[way].append(mean_step(a, b) / either_side)
-        busy_s[way] += b - a
+    ratios = stall_ratios(windows, json.loads(record.read_text()))
+    busy_s = {way: sum(b - a for w, a, b in windows if w == way) for way in STALL_WAYS}
     results = []
     for way, where in STALL_WAYS.items():
         ratio, values = median(ratios[way]), ratios[way]

@@ -1,10 +1,15 @@
 """How the benchmarks turn their raw timings into table rows: P4's flanked phases, P7's
-checkpoint stalls and nvidia-smi's utilisation lines."""
+checkpoint stalls and nvidia-smi's utilisation lines, P9c's windows, P1I's slices."""
+
+import json
+from pathlib import Path
 
 import pytest
 
+from bench.p1_interleaved import Way
 from bench.p4_metrics import Phase, TrainingRun, reporting_cost
 from bench.p7_gpu import checkpoint_stalls, find_target, parse_utilisation
+from bench.p9_store import stall_ratios
 
 
 def training_run(phases: list[Phase]) -> TrainingRun:
@@ -77,3 +82,24 @@ def test_p7_runs_on_cpu_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None
         assert target is not None and target.backend == "nccl"
     else:
         assert find_target() is None
+
+
+def test_a_busy_window_is_compared_with_the_idle_windows_either_side() -> None:
+    windows = [("idle", 0, 1), ("P9c", 1, 2), ("idle", 2, 3), ("P9c-none", 3, 4), ("idle", 4, 5)]
+    # Idle steps of 1.0, then 3.0 (a drift); the P9c window's steps 2.2: ÷ 2.0, not ÷ 1.0.
+    steps = [(0.1, 1.0), (0.5, 1.0), (1.2, 2.2), (2.5, 3.0), (3.5, 3.0), (4.5, 3.0)]
+    ratios = stall_ratios(windows, steps)
+    assert ratios == {"P9c": [pytest.approx(1.1)], "P9c-none": [pytest.approx(1.0)]}
+
+
+def test_a_slice_rate_counts_only_the_lines_written_inside_the_slice(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    lines = [(0.0, 0), (1.0, 10), (2.0, 20), (10.0, 20), (10.5, 40), (11.0, 60), (12.0, 70)]
+    events.write_text(
+        "".join(json.dumps({"type": "metric", "step": s, "ts": t}) + "\n" for t, s in lines)
+        + json.dumps({"type": "checkpoint", "path": "x.pt", "ts": 10.7})
+        + "\n"
+    )
+    way = Way("bare", events, stop=lambda: None, slices=[(0.5, 2.5), (10.2, 11.5)])
+    # 10 steps in 1 s (the paused gap from 2 to 10 s left out), then 20 steps in 0.5 s.
+    assert way.rates() == [pytest.approx(10.0), pytest.approx(40.0)]
