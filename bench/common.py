@@ -120,10 +120,10 @@ def torchrun_env(events: Path, workdir: Path, config: dict[str, Any]) -> dict[st
     }
 
 
-def bare_torchrun(
+def bare_command(
     module: str, config: dict[str, Any], workdir: Path, nproc: int = 2
-) -> tuple[float, list[dict[str, Any]]]:
-    """Run a recipe under plain torchrun the way a user would; returns (start time, events)."""
+) -> tuple[list[str], dict[str, str], Path]:
+    """Plain torchrun running a recipe the way a user would: (argv, environment, events file)."""
     workdir.mkdir(parents=True, exist_ok=True)
     events = workdir / "events.jsonl"
     env = {**_base_env(), **torchrun_env(events, workdir, config)}
@@ -137,6 +137,14 @@ def bare_torchrun(
         "-m",
         module,
     ]
+    return argv, env, events
+
+
+def bare_torchrun(
+    module: str, config: dict[str, Any], workdir: Path, nproc: int = 2
+) -> tuple[float, list[dict[str, Any]]]:
+    """Run a recipe under plain torchrun; returns (start time, events)."""
+    argv, env, events = bare_command(module, config, workdir, nproc)
     start = time.time()
     subprocess.run(argv, env=env, cwd=workdir, check=True, capture_output=True, timeout=900)
     return start, read_events(events)

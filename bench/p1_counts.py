@@ -14,8 +14,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
+
+if TYPE_CHECKING:
+    from devstack.stack import Stack
 
 POLICIES = {0: "other", 1: "fifo", 2: "rr", 3: "batch", 5: "idle", 6: "deadline"}
 
@@ -145,6 +149,20 @@ def process_tree(root: int, leave_out: Iterable[int] = ()) -> list[int]:
         return found
     except psutil.Error:
         return []
+
+
+def service_pids(stack: "Stack") -> list[int]:
+    """Launchbay's own processes: the API, each worker and its supervisor of a job (not the
+    job's torchrun agent and ranks)."""
+    pids = [stack.api.pid] if stack.api is not None else []
+    for worker in stack.workers:
+        agents = [
+            p.pid
+            for p in psutil.Process(worker.pid).children(recursive=True)
+            if "torch.distributed.run" in " ".join(p.cmdline())
+        ]
+        pids += process_tree(worker.pid, agents)
+    return pids
 
 
 class TrainingWindow:

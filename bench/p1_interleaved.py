@@ -36,19 +36,10 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.common import (
-    Result,
-    _base_env,
-    median,
-    read_events,
-    recipe_spec,
-    running_stack,
-    torchrun_env,
-)
-from bench.p1_counts import Totals, difference, process_tree, snapshot
+from bench.common import Result, bare_command, median, read_events, recipe_spec, running_stack
+from bench.p1_counts import Totals, difference, process_tree, service_pids, snapshot
 from bench.p1_p2_training import rotated, spread
 from bench.ray_peer import RayCluster, ray_available
-from devstack.procs import free_port
 from devstack.stack import Stack
 
 CONFIG: dict[str, Any] = {"steps": 10_000_000, "log_every_steps": 10}
@@ -147,19 +138,7 @@ def _agent_of(events: Path) -> int:
 
 
 def bare_way(name: str, workdir: Path) -> Way:
-    workdir.mkdir(parents=True, exist_ok=True)
-    events = workdir / "events.jsonl"
-    env = {**_base_env(), **torchrun_env(events, workdir, CONFIG)}
-    argv = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        "--rdzv_backend=c10d",
-        f"--rdzv_endpoint=127.0.0.1:{free_port()}",
-        "-m",
-        MODULE,
-    ]
+    argv, env, events = bare_command(MODULE, CONFIG, workdir)
     with (workdir / "output.log").open("wb") as output:
         proc = subprocess.Popen(
             argv, env=env, cwd=workdir, stdout=output, stderr=subprocess.STDOUT,
@@ -195,20 +174,6 @@ def launchbay_way(stack: Stack, http: httpx.Client) -> Way:
 def ray_way(ray: RayCluster, workdir: Path) -> Way:
     job_id, events = ray.submit(MODULE, CONFIG, workdir, 2)
     return Way("ray", events, lambda: ray.stop_job(job_id))
-
-
-def service_pids(stack: Stack) -> list[int]:
-    """Launchbay's own processes: the API, the worker and its supervisor of the job (not the
-    job's torchrun agent and ranks)."""
-    pids = [stack.api.pid] if stack.api is not None else []
-    for worker in stack.workers:
-        agents = [
-            p.pid
-            for p in psutil.Process(worker.pid).children(recursive=True)
-            if "torch.distributed.run" in " ".join(p.cmdline())
-        ]
-        pids += process_tree(worker.pid, agents)
-    return pids
 
 
 @dataclass

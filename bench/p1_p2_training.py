@@ -22,8 +22,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from bench.common import (
     Result,
     bare_torchrun,
@@ -35,7 +33,7 @@ from bench.common import (
     steps_per_second,
     submit_and_wait,
 )
-from bench.p1_counts import Totals, TrainingWindow, process_tree
+from bench.p1_counts import Totals, TrainingWindow, service_pids
 from bench.ray_peer import RayCluster, ray_available
 from devstack.stack import Stack
 
@@ -238,18 +236,7 @@ def service_window(stack: Stack, name: str) -> TrainingWindow:
         )
         return found[-1] if found else None
 
-    def find_pids() -> list[int]:
-        pids = [stack.api.pid] if stack.api is not None else []
-        for worker in stack.workers:
-            launchers = [
-                p.pid
-                for p in psutil.Process(worker.pid).children(recursive=True)
-                if "torch.distributed.run" in " ".join(p.cmdline())
-            ]
-            pids += process_tree(worker.pid, launchers)
-        return pids
-
-    return TrainingWindow(find_events, find_pids)
+    return TrainingWindow(find_events, lambda: service_pids(stack))
 
 
 def long_rounds(
