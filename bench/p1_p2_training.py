@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.common import (
     Result,
@@ -44,10 +44,11 @@ STARTUP_CONFIG: dict[str, Any] = {"epochs": 1, "log_every_steps": 1}
 WHILE_TRAINING_POLL_S = 1.0
 NOT_RUN = "not run: Ray is not installed (`pip install -e '.[bench]'`)"
 
+T = TypeVar("T")
 Run = Callable[[str, dict[str, Any], Path, int], tuple[float, list[dict[str, Any]]]]
 
 
-def rotated(ways: list[str], i: int) -> list[str]:
+def rotated(ways: list[T], i: int) -> list[T]:
     """Round `i`'s order: the ways rotated left by `i`."""
     k = i % len(ways)
     return ways[k:] + ways[:k]

@@ -9,7 +9,7 @@ import pytest
 from bench.p1_interleaved import Way
 from bench.p4_metrics import Phase, TrainingRun, reporting_cost
 from bench.p7_gpu import checkpoint_stalls, find_target, parse_utilisation
-from bench.p9_store import stall_ratios
+from bench.p9_store_stall import stall_ratios
 
 
 def training_run(phases: list[Phase]) -> TrainingRun:
