@@ -196,7 +196,7 @@ class TrainingWindow:
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
             events = self.find_events()
-            if events is not None and _has_metric(events):
+            if events is not None and has_metric(events):
                 break
             time.sleep(0.5)
         else:
@@ -209,7 +209,8 @@ class TrainingWindow:
         self.totals = difference(before, after).per(time.monotonic() - began)
 
 
-def _has_metric(events: Path) -> bool:
+def has_metric(events: Path) -> bool:
+    """Rank 0 has written a metric line (its first 64 KiB read)."""
     try:
         with events.open("rb") as handle:
             return b'"metric"' in handle.read(1 << 16)

@@ -37,7 +37,14 @@ import httpx
 import psutil
 
 from bench.common import Result, bare_command, median, read_events, recipe_spec, running_stack
-from bench.p1_counts import Totals, difference, process_tree, service_pids, snapshot
+from bench.p1_counts import (
+    Totals,
+    difference,
+    has_metric,
+    process_tree,
+    service_pids,
+    snapshot,
+)
 from bench.p1_p2_training import rotated, spread
 from bench.ray_peer import RayCluster, ray_available
 from devstack.stack import Stack
@@ -77,7 +84,7 @@ class Way:
     def find(self, timeout_s: float = 180.0) -> None:
         """Wait for rank 0's first metric line, then find the agent and its ranks."""
         deadline = time.monotonic() + timeout_s
-        while not _has_metric(self.events):
+        while not has_metric(self.events):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.name}: no metric line in {timeout_s:.0f} s")
             time.sleep(0.2)
@@ -111,14 +118,6 @@ class Way:
             (t0, s0), (t1, s1) = inside[0], inside[-1]
             out.append((s1 - s0) / (t1 - t0))
         return out
-
-
-def _has_metric(events: Path) -> bool:
-    try:
-        with events.open() as handle:
-            return any('"metric"' in line for line in handle)
-    except OSError:
-        return False
 
 
 def _agent_of(events: Path) -> int:

@@ -192,3 +192,27 @@ def test_worker_modules_do_not_shadow_the_standard_library() -> None:
     # rank_main.py runs as a script: its own directory is first on sys.path until it resets it.
     names = {p.stem for p in (Path(__file__).parents[3] / "worker").glob("*.py")}
     assert not names & set(sys.stdlib_module_names)
+
+
+@pytest.mark.parametrize("value", ["-1", "fast", "1.5e9x", ""])
+def test_an_upload_rate_that_is_not_a_count_of_bytes_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    from pydantic import ValidationError
+
+    from service.settings import Settings
+
+    monkeypatch.setenv("LAUNCHBAY_CHECKPOINT_UPLOAD_BYTES_PER_S", value)
+    with pytest.raises(ValidationError, match="checkpoint_upload_bytes_per_s"):
+        Settings()
+
+
+def test_the_upload_rate_is_64_mib_a_second_and_0_turns_the_bound_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from service.settings import Settings
+
+    assert Settings().checkpoint_upload_bytes_per_s == 64 * 1024 * 1024
+    monkeypatch.setenv("LAUNCHBAY_CHECKPOINT_UPLOAD_BYTES_PER_S", "0")
+    rate = Settings().checkpoint_upload_bytes_per_s
+    assert RecordingRegistrar(tmp_path, upload_bytes_per_s=rate).uploader.pace.lifted
