@@ -116,7 +116,14 @@ def test_a_confined_jobs_processes_are_recorded_from_its_cgroup(
 
     cgroup = JobCgroup.create(f"test-poll-{uuid.uuid4().hex[:8]}")
     assert cgroup is not None
-    child = "import subprocess, time; subprocess.Popen(['sleep', '60'], start_new_session=True)"
+    started = tmp_path / "started"
+    # Popen returns once `sleep` has its own session and has exec'd; the marker says so, so the
+    # test's polls never record the forked child in the moment before its `setsid`.
+    child = (
+        "import pathlib, subprocess, time; "
+        "subprocess.Popen(['sleep', '60'], start_new_session=True); "
+        f"pathlib.Path({str(started)!r}).touch()"
+    )
     plan = LaunchPlan(
         argv=[sys.executable, "-c", f"{child}; time.sleep(60)"], env=dict(os.environ), cwd=tmp_path
     )
@@ -127,6 +134,8 @@ def test_a_confined_jobs_processes_are_recorded_from_its_cgroup(
             raise AssertionError("the whole process table was scanned")
 
         monkeypatch.setattr(supervise, "_live_processes", scanned)
+
+        assert wait_until(started.exists, timeout=20)
 
         def both_recorded() -> bool:
             tree.poll()
