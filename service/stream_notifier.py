@@ -29,6 +29,11 @@ transaction. Reading it needs no change in any writer and cannot miss a writer t
 publish; LISTEN/NOTIFY does not exist on SQLite, and a lost pub/sub message would stall a
 stream (docs/benchmarks.md, "Flat costs", has the measurements).
 
+Every `WATCH_MARK_S` the poller also marks the watched jobs that are still active as watched
+(`Job.watched_at`, one statement for all of them): their supervisors then store what the ranks
+write every poll, for the streams' latency, where an unwatched job's output is stored once a
+second to leave its ranks the CPU (`worker.ingest`).
+
 Use: `watch(job_id)` before reading the job's stream, then `wait()` when the read brought
 nothing. A change that lands between the read and the wait still wakes the waiter: the
 subscription's flag is set by the poller and cleared only by `wait()` returning.
@@ -45,8 +50,10 @@ from typing import Any, TypeVar, cast
 import anyio.to_thread
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from service.models import Job
+from service.store import mark_watched
 
 log = logging.getLogger("launchbay.stream")
 T = TypeVar("T")
@@ -61,6 +68,8 @@ KEPT_READS_PER_JOB = 16
 KEPT = 2**62
 # At most this many jobs' new rows read by the poller a tick (the others' streams read them).
 PREFETCH_PER_TICK = 32
+# How often the watched jobs are marked as such (`service.store.stacks.WATCHED_FOR` is longer).
+WATCH_MARK_S = 2.0
 JOB = Job.__table__  # type: ignore[attr-defined]
 POSITIONS = select(JOB.c.id, JOB.c.last_seq).where(JOB.c.id.in_(bindparam("ids", expanding=True)))
 
@@ -114,6 +123,7 @@ class StreamNotifier:
         # The `after` of each job's kept reads, oldest first.
         self._kept: dict[str, list[int]] = defaultdict(list)
         self._last_change = 0.0
+        self._next_mark = 0.0
         self._someone_waits = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.polls = 0
@@ -192,6 +202,7 @@ class StreamNotifier:
     def _read_changes(self, seen: dict[str, int | None]) -> tuple[dict[str, int], dict[str, Any]]:
         """(in a thread) The positions of the jobs in `seen`, and the prefetched rows of those
         that moved on from a position seen before."""
+        self._mark(list(seen))
         now = read_positions(self.engine, list(seen))
         fetched: dict[str, Any] = {}
         if self._prefetch is None:
@@ -205,6 +216,17 @@ class StreamNotifier:
                 if result is not None:
                     fetched[job_id] = result
         return now, fetched
+
+    def _mark(self, job_ids: list[str]) -> None:
+        """(in a thread) Mark the watched jobs as such, at most every `WATCH_MARK_S`."""
+        if time.monotonic() < self._next_mark:
+            return
+        self._next_mark = time.monotonic() + WATCH_MARK_S
+        try:
+            for start in range(0, len(job_ids), MAX_IDS_PER_QUERY):
+                mark_watched(self.engine, job_ids[start : start + MAX_IDS_PER_QUERY])
+        except SQLAlchemyError as exc:  # the streams still work; their output comes later
+            log.warning("stream notifier: cannot mark watched jobs: %s", exc)
 
     def generation(self, job_id: str) -> int:
         return self._generation.get(job_id, 0)

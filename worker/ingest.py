@@ -2,11 +2,13 @@
 
 The ranks never wait on the worker: they append to files, and the supervisor loop reads the new
 bytes of each file from the offset it reached last time. Only complete lines are taken (a
-partial last line waits for its newline, or for the end of the run). Once something is stored,
-the next read waits `STORE_EVERY_S`, and what came meanwhile goes in one transaction: a
-transaction costs the supervisor a few milliseconds of CPU whatever it holds, taken beside ranks
-that keep every core busy, so storing every poll (ten a second) slowed their steps by a few
-percent (`docs/benchmarks.md`, P1I). The final poll reads and stores at once. When the database
+partial last line waits for its newline, or for the end of the run). While an event stream
+watches the job (`live`, which the supervisor reads from the job's row), every poll reads and
+stores what is new, for the stream's latency. Otherwise, once something is stored, the next read
+waits `STORE_EVERY_S` and what came meanwhile goes in one transaction: a transaction costs the
+supervisor a few milliseconds of CPU whatever it holds, taken beside ranks that keep every core
+busy, so storing every poll (ten a second) slowed their steps by a few percent
+(`docs/benchmarks.md`, P1I). The final poll reads and stores at once. When the database
 is slow or down, the batch is kept and retried on the next poll; nothing more is read until it
 is stored. When the job is no longer this
 attempt's (`AttemptSuperseded`), the batch is dropped and nothing more is read: `superseded`
@@ -39,7 +41,7 @@ log = logging.getLogger(__name__)
 
 TRUNCATED_MARKER = " [... line truncated by launchbay]"
 BATCH_ROWS = 5000  # rows per transaction
-# Seconds from a read that found something to the next read, while the ranks run.
+# Seconds from a read that found something to the next read, while no stream watches the job.
 STORE_EVERY_S = 1.0
 MAX_INVALID_REASONS = 5  # invalid events-file lines whose reason the job's user is shown
 _RANK_LOG = re.compile(r"^rank-(\d+)\.log$")
@@ -151,6 +153,8 @@ class Ingestor:
         self._points: list[NewMetricPoint] = []
         self._progress: dict[str, Any] = {}
         self._next_read = 0.0
+        # An event stream watches the job: read and store every poll.
+        self.live = False
 
     def _discover_rank_logs(self) -> None:
         try:
@@ -246,7 +250,7 @@ class Ingestor:
         self._watch_events_file()
         if not self._logs and not self._points:
             now = time.monotonic()
-            if not final and now < self._next_read:
+            if not final and not self.live and now < self._next_read:
                 return True
             seen = self.log_lines_seen + self.events_lines
             self._read(final)

@@ -290,6 +290,7 @@ class AttemptMonitor:
             log.warning("%s: cannot read the job's state: %s", self.ref, exc)
             return None
         self.stacks_requested_at = signals.stacks_requested_at
+        self.ingestor.live = signals.watched()
         return signals.state
 
     def _stacks_wanted(self) -> bool:

@@ -66,6 +66,10 @@ class Job(JobBase, table=True):
     # Set by `POST /v1/jobs/{id}/stacks`; the attempt's supervisor, which reads the row every
     # 0.5 s, records every rank's stack when it sees a value it has not served.
     stacks_requested_at: datetime | None = None
+    # Set every few seconds by an API process while one of its event streams watches the job
+    # (`service.stream_notifier`): the supervisor then stores what the ranks write every poll,
+    # for the stream's latency, instead of once a second (`worker.ingest`).
+    watched_at: datetime | None = None
     # Attempts stopped for a job of higher priority: they use none of `max_retries`.
     preemptions: int = Field(
         default=0, sa_column=Column(Integer, nullable=False, server_default="0")

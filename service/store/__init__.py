@@ -3,7 +3,7 @@
 One module per concern, each above the lifecycle core it builds on:
 
     stream       a job's live stream (everything it recorded, in seq order)
-    stacks       ranks' stacks, and the request for them
+    stacks       ranks' stacks and the request for them; whether a stream watches the job
     log_search   log lines that contain a text or match a pattern, time-bounded
     webhook_outbox  the webhook deliveries a job's events make (below lifecycle)
     checkpoints  the checkpoint registry (register, list, retire)
@@ -70,7 +70,13 @@ from service.store.outputs import (
     list_log_lines,
     list_metric_points,
 )
-from service.store.stacks import JobSignals, NewRankStack, read_job_signals, record_stacks
+from service.store.stacks import (
+    JobSignals,
+    NewRankStack,
+    mark_watched,
+    read_job_signals,
+    record_stacks,
+)
 from service.store.stream import StreamRead, StreamRow, list_job_events, read_stream
 
 __all__ = [
@@ -122,6 +128,7 @@ __all__ = [
     "JobSignals",
     "NewRankStack",
     "read_job_signals",
+    "mark_watched",
     "record_stacks",
     "register_checkpoint",
     "requeue_job",

@@ -19,6 +19,7 @@ from sqlmodel import Session
 
 from jobs.states import ExitReason, JobState
 from service import store
+from service.models import Job
 from service.settings import Settings
 from service.stream_notifier import StreamNotifier
 from tests.support.registry import running_job
@@ -225,3 +226,36 @@ def test_streams_of_one_job_share_each_read_and_each_gets_every_row_once(
     # resumed elsewhere), not one per stream and change (which would be over 150).
     line_reads = [s for s in statements if "FROM log_line" in s]
     assert len(line_reads) <= 3 * (writes + 2)
+
+
+def test_jobs_streams_watch_are_marked_watched_while_active_and_their_supervisors_read_it(
+    engine: Engine,
+) -> None:
+    """The poller marks the watched jobs that are still active (`Job.watched_at`), at most every
+    WATCH_MARK_S; a supervisor's read of the job's signals says watched (it then stores every
+    poll); a job nobody watches is not marked, nor is a finished one."""
+    watched, finished, unwatched = (running_job(engine) for _ in range(3))
+    with Session(engine) as session:
+        store.transition_job(
+            session, finished, JobState.SUCCEEDED, attempt=1, exit_reason=ExitReason.COMPLETED
+        )
+    statements = count_statements(engine)
+
+    async def scenario() -> None:
+        notifier = StreamNotifier(engine, interval_s=0.05)
+        notifier.start()
+        try:
+            with notifier.watch(watched), notifier.watch(finished):
+                for _ in range(5):
+                    await notifier.poll_once()
+        finally:
+            await notifier.stop()
+
+    asyncio.run(scenario())
+    marks = [s for s in statements if s.lstrip().upper().startswith("UPDATE")]
+    assert len(marks) == 1  # five polls within WATCH_MARK_S: one mark
+    with Session(engine) as session:
+        signals = {j: store.read_job_signals(session, j, 1) for j in (watched, unwatched)}
+        assert signals[watched].watched() and signals[watched].state is JobState.RUNNING
+        assert not signals[unwatched].watched() and signals[unwatched].watched_at is None
+        assert session.get(Job, finished).watched_at is None  # type: ignore[union-attr]
