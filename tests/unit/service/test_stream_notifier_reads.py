@@ -1,5 +1,5 @@
 """Streams of one job share a read of its new rows, but never one that began before a change
-they were woken for (the database is a fake here: positions from a dict)."""
+they were woken for (the database is a fake here: positions from a dict, marks dropped)."""
 
 import asyncio
 from typing import Any
@@ -8,6 +8,11 @@ import pytest
 
 from service import stream_notifier
 from service.stream_notifier import StreamNotifier
+
+
+@pytest.fixture(autouse=True)
+def no_marks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stream_notifier, "mark_watched", lambda engine, ids: None)
 
 
 def test_streams_woken_together_share_one_read_but_not_a_stale_one(
