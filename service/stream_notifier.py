@@ -202,8 +202,9 @@ class StreamNotifier:
     def _read_changes(self, seen: dict[str, int | None]) -> tuple[dict[str, int], dict[str, Any]]:
         """(in a thread) The positions of the jobs in `seen`, and the prefetched rows of those
         that moved on from a position seen before."""
-        self._mark(list(seen))
-        now = read_positions(self.engine, list(seen))
+        job_ids = list(seen)
+        self._mark(job_ids)
+        now = read_positions(self.engine, job_ids)
         fetched: dict[str, Any] = {}
         if self._prefetch is None:
             return now, fetched
@@ -223,8 +224,8 @@ class StreamNotifier:
             return
         self._next_mark = time.monotonic() + WATCH_MARK_S
         try:
-            for start in range(0, len(job_ids), MAX_IDS_PER_QUERY):
-                mark_watched(self.engine, job_ids[start : start + MAX_IDS_PER_QUERY])
+            for chunk in id_chunks(job_ids):
+                mark_watched(self.engine, chunk)
         except SQLAlchemyError as exc:  # the streams still work; their output comes later
             log.warning("stream notifier: cannot mark watched jobs: %s", exc)
 
@@ -292,8 +293,13 @@ def read_positions(engine: Engine, job_ids: list[str]) -> dict[str, int]:
     job's rows, state changes included, moves its `last_seq` in the same transaction."""
     found: dict[str, int] = {}
     with engine.connect() as connection:
-        for start in range(0, len(job_ids), MAX_IDS_PER_QUERY):
-            chunk = job_ids[start : start + MAX_IDS_PER_QUERY]
+        for chunk in id_chunks(job_ids):
             for job_id, last_seq in connection.execute(POSITIONS, {"ids": chunk}):
                 found[job_id] = int(last_seq)
     return found
+
+
+def id_chunks(job_ids: list[str]) -> Iterator[list[str]]:
+    """`job_ids` in lists of at most `MAX_IDS_PER_QUERY`, one query's worth each."""
+    for start in range(0, len(job_ids), MAX_IDS_PER_QUERY):
+        yield job_ids[start : start + MAX_IDS_PER_QUERY]

@@ -8,11 +8,10 @@ stores what is new, for the stream's latency. Otherwise, once something is store
 waits `STORE_EVERY_S` and what came meanwhile goes in one transaction: a transaction costs the
 supervisor a few milliseconds of CPU whatever it holds, taken beside ranks that keep every core
 busy, so storing every poll (ten a second) slowed their steps by a few percent
-(`docs/benchmarks.md`, P1I). The final poll reads and stores at once. When the database
-is slow or down, the batch is kept and retried on the next poll; nothing more is read until it
-is stored. When the job is no longer this
-attempt's (`AttemptSuperseded`), the batch is dropped and nothing more is read: `superseded`
-tells the supervisor to stop.
+(`docs/benchmarks.md`, P1I). The final poll reads and stores at once. When the database is slow
+or down, the batch is kept and retried on the next poll; nothing more is read until it is
+stored. When the job is no longer this attempt's (`AttemptSuperseded`), the batch is dropped and
+nothing more is read: `superseded` tells the supervisor to stop.
 """
 
 import logging
