@@ -34,11 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from service.artifacts import ArtifactStore, StoreError
-from service.artifacts.tree import TreeDigest, TreeFile, TreeRefused, open_regular, scan_tree
+from service.artifacts.tree import CHUNK, TreeDigest, TreeFile, TreeRefused, open_regular, scan_tree
 from worker.supervise import run_in_batches
 
 log = logging.getLogger(__name__)
-CHUNK = 8 * 1024 * 1024
 TAR_MEDIA_TYPE = "application/x-tar"
 
 

@@ -22,7 +22,10 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 BLOCK = 512
-CHUNK = 1024 * 1024
+# A checkpoint's bytes are read, hashed and handed on in pieces that stay in the reading core's
+# own L2 cache: 8 MiB pieces went through the L3 cache the ranks share at every pass, which
+# slowed a rank on the next core more (P9c in docs/benchmarks.md).
+CHUNK = 256 * 1024
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 
 
