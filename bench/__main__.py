@@ -25,6 +25,7 @@ BENCHMARKS = {
     "streams": "bench.p9_streams",
     "history": "bench.p9_history",
     "slurm": "bench.p9_slurm",
+    "chaos": "bench.r12_chaos",
 }
 
 

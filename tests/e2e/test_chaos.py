@@ -1,0 +1,31 @@
+"""R12's short form: the chaos soak (devstack.chaos) for about a minute on each database, each
+kind of fault in turn (a worker, the API, Redis, a rank SIGKILLed and restarted), then every job
+accounted for. `python -m bench chaos` runs it for 20 minutes."""
+
+from pathlib import Path
+
+from devstack.chaos import FAULTS, SoakPlan, run_soak, soak_stack
+from tests.support.isolation import reachable_by_job_users
+
+PLAN = SoakPlan(duration_s=44, jobs=4, fault_every_s=(8, 10), cycle=True, settle_s=180)
+
+
+def test_faults_of_every_kind_leave_no_job_stuck_failed_or_incomplete(
+    tmp_path: Path, database_url: str
+) -> None:
+    with soak_stack(reachable_by_job_users(tmp_path / "soak"), database_url) as soak:
+        report = run_soak(soak.stack, soak.redis, PLAN, soak.integrity)
+    print(f"\nR12 short: {report.summary()}")
+    assert set(report.faults) == set(FAULTS), report.summary()
+    assert report.jobs == PLAN.jobs
+    assert report.states == {"succeeded": PLAN.jobs}, report.summary()
+    assert report.checkpoints >= 3 * PLAN.jobs
+    assert report.clean, (
+        report.stuck,
+        report.failed,
+        report.gaps,
+        report.duplicates,
+        report.bad_checkpoints,
+        report.orphans,
+        report.integrity,
+    )
