@@ -60,7 +60,9 @@ WORKER_ENV = {**SECRETS, **ORDINARY, **TUNING}
 PATHS = RunPaths.for_attempt(Path("/data"), "job1", 1)
 
 
-def rank_env(base_env: dict[str, str], pass_env: tuple[str, ...] = (), **spec: object) -> dict:
+def rank_env(
+    base_env: dict[str, str], pass_env: tuple[str, ...] = (), **spec: object
+) -> dict[str, str]:
     return build_env(
         JobSpec(name="t", recipe="synthetic", **spec),  # type: ignore[arg-type]
         job_id="job1",
