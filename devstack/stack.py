@@ -16,6 +16,8 @@ from devstack.procs import SESSION_MARKER, free_port, start, stop, wait_until
 from jobs.states import JobState
 
 LAUNCHBAY = str(Path(sys.executable).parent / "launchbay")
+# What a worker passes on to jobs from its own environment, besides its allow-list.
+PASS_ENV = "LAUNCHBAY_JOB_PASS_ENV"
 
 
 @dataclass
@@ -55,6 +57,9 @@ class Stack:
                 **more,
             }
         )
+        # The marker reaches the ranks too, so that leftovers of theirs are found.
+        passed = [name for name in env.get(PASS_ENV, "").split(",") if name]
+        env[PASS_ENV] = ",".join(dict.fromkeys([*passed, SESSION_MARKER]))
         return env
 
     def start_api(self) -> None:

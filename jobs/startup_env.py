@@ -10,9 +10,11 @@ never remove these.
 The list is glibc's own (``UNSECURE_ENVVARS`` in ``sysdeps/generic/unsecvars.h``: what the C
 library scrubs before it runs a set-user-ID program), ld.so(8)'s ``LD_*`` and the macOS
 loader's ``DYLD_*``, glibc's tunables and ``MALLOC_*``, OpenSSL's configuration (it can load
-an engine, i.e. a shared object), the shells' start-up hooks, ``BROWSER`` (Python's
-`webbrowser` runs it), ``PATH`` and ``HOME`` (the worker sets them for the job's user), and
-every ``PYTHON*`` name as well, so that a spec never says something `-I` then silently ignores.
+an engine, i.e. a shared object), the libraries the GPU stack loads by name (NCCL's plugins,
+``NCCL_*_PLUGIN``, and ``NCCL_CONF_FILE``, which can name them; CUDA's and NVTX's injection
+libraries; OpenMP's tools), the shells' start-up hooks, ``BROWSER`` (Python's `webbrowser`
+runs it), ``PATH`` and ``HOME`` (the worker sets them for the job's user), and every
+``PYTHON*`` name as well, so that a spec never says something `-I` then silently ignores.
 """
 
 from collections.abc import Iterable
@@ -46,8 +48,16 @@ STARTUP_NAMES = frozenset(
         "PATH",
         "HOME",
         "SHELL",
+        # libraries the GPU stack loads (NCCL's plugins match NCCL_*_PLUGIN below)
+        "NCCL_CONF_FILE",
+        "CUDA_INJECTION64_PATH",
+        "NVTX_INJECTION64_PATH",
+        "NVTX_INJECTION32_PATH",
+        "OMP_TOOL_LIBRARIES",
     }
 )
+# NCCL_NET_PLUGIN, NCCL_TUNER_PLUGIN, NCCL_PROFILER_PLUGIN, NCCL_ENV_PLUGIN...: each a library.
+PLUGIN_PREFIX, PLUGIN_SUFFIX = "NCCL_", "_PLUGIN"
 
 
 def is_startup_env(name: str) -> bool:
@@ -57,6 +67,7 @@ def is_startup_env(name: str) -> bool:
         upper in STARTUP_NAMES
         or upper.startswith(STARTUP_PREFIXES)
         or upper.endswith(STARTUP_SUFFIXES)
+        or (upper.startswith(PLUGIN_PREFIX) and upper.endswith(PLUGIN_SUFFIX))
     )
 
 

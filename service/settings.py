@@ -1,5 +1,6 @@
 """Every setting, read from `LAUNCHBAY_*` environment variables by one cached factory."""
 
+import re
 import socket
 from functools import lru_cache
 from pathlib import Path
@@ -34,6 +35,8 @@ DEFAULT_FORBIDDEN_ENV = (
     "PYTHONBREAKPOINT",
     "BASH_ENV",
 )
+# An entry of LAUNCHBAY_JOB_PASS_ENV: a name, or a prefix of names ending in `*`.
+PASS_ENV_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
 
 
 class Settings(BaseSettings):
@@ -99,11 +102,14 @@ class Settings(BaseSettings):
     # environments go first), the package index ("none": no index, only the wheelhouses) and
     # wheelhouses (`--find-links`: directories or URLs, comma-separated).
     env_cache_bytes: int = Field(default=20 * 1024**3, ge=0)
-    pip_index_url: str | None = None
+    pip_index_url: str | None = Field(default=None, repr=False)  # it may hold a password
     pip_find_links: Annotated[list[str], NoDecode] = []
     # Let jobs' requirements build source distributions (their build code runs on the worker,
     # as the worker); by default, wheels only.
     pip_allow_builds: bool = False
+    # Variables of the worker's environment that jobs get too, besides the allow-list of
+    # worker/passed_env.py: names, or prefixes ending in `*` (comma-separated).
+    job_pass_env: Annotated[list[str], NoDecode] = []
 
     # Job confinement (docs/security.md): limits per node of a job, from the job's cgroup.
     # Tasks (processes and threads) a job may have at once on one node.
@@ -186,12 +192,24 @@ class Settings(BaseSettings):
         check_queue_names(value)
         return value
 
-    @field_validator("allowed_queues", "forbidden_env", "pip_find_links", mode="before")
+    @field_validator(
+        "allowed_queues", "forbidden_env", "pip_find_links", "job_pass_env", mode="before"
+    )
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         """`a,b` in the environment; empty items are dropped."""
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("job_pass_env")
+    @classmethod
+    def _names_or_prefixes(cls, value: list[str]) -> list[str]:
+        """Each a variable's name, or the start of names followed by `*` (never `*` alone:
+        that would hand jobs the whole of the worker's environment again)."""
+        for item in value:
+            if not PASS_ENV_PATTERN.match(item):
+                raise ValueError(f"{item!r} is not a variable name, nor a prefix ending in *")
         return value
 
     @property

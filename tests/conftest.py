@@ -25,6 +25,8 @@ from tests.support.stack import Stack
 
 MARKER = uuid.uuid4().hex
 os.environ[SESSION_MARKER] = MARKER
+# Workers running in this process pass the marker on to their jobs' ranks (stacks do it too).
+os.environ["LAUNCHBAY_JOB_PASS_ENV"] = SESSION_MARKER
 
 
 @pytest.fixture(scope="session", autouse=True)

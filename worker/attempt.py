@@ -14,6 +14,7 @@ whole: at the first failure, or once every node has succeeded (docs/multi-node.m
 """
 
 import logging
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,6 +38,7 @@ from worker.launch import LaunchPlan, Rendezvous, RunPaths
 from worker.monitor import AttemptMonitor
 from worker.orphans import leave_note, remove_note
 from worker.outcome import Outcome
+from worker.passed_env import held_back
 from worker.prepare import (
     CudaInfo,
     LaunchProblem,
@@ -286,7 +288,10 @@ def _prepare(
         python=str(environment.python) if environment is not None else None,
         store=artifacts,
         reserved=taken.reserved,
+        pass_env=settings.job_pass_env,
     )
+    for name in held_back(os.environ, settings.job_pass_env):
+        log.warning("%s holds a password: not passed to job %s", name, ref.job_id)
     if owner is not None:
         build_cache.restore(paths.data_dir, owner, paths.run_dir / "home")
     job_user = isolate_attempt(

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -127,14 +127,21 @@ class Sources:
     allow_builds: bool = False
 
     def uv_args(self) -> list[str]:
+        """uv's options; never a URL, which may hold a password (see `uv_env`)."""
         args: list[str] = [] if self.allow_builds else ["--no-build"]
         if self.index_url == "none":
             args.append("--no-index")
-        elif self.index_url:
-            args += ["--default-index", self.index_url]
-        for place in self.find_links:
-            args += ["--find-links", place]
         return args
+
+    def uv_env(self) -> dict[str, str]:
+        """The index and wheelhouses, for uv's environment: a command line is there for every
+        local user to read (``/proc/<pid>/cmdline``), an environment only for uv's own uid."""
+        env = {}
+        if self.index_url and self.index_url != "none":
+            env["UV_DEFAULT_INDEX"] = self.index_url
+        if self.find_links:
+            env["UV_FIND_LINKS"] = ",".join(self.find_links)
+        return env
 
 
 @dataclass(frozen=True)
@@ -281,6 +288,7 @@ class EnvironmentCache:
                 ],
                 env_dir,
                 on_output,
+                self.sources.uv_env(),
             )
         pulled = subprocess.run(
             [str(python), "-c", REQUIRES_SCRIPT, site_dir],
@@ -333,10 +341,17 @@ for dist in md.distributions(path=[sys.argv[1]]):
 """
 
 
-def run_uv(argv: list[str], cwd: Path, on_output: Callable[[str], None]) -> None:
-    """Run uv, its output (stdout and stderr) line by line to `on_output`; EnvironmentProblem
-    with its last lines when it fails."""
+def run_uv(
+    argv: list[str],
+    cwd: Path,
+    on_output: Callable[[str], None],
+    sources: Mapping[str, str] | None = None,
+) -> None:
+    """Run uv (with `sources`, `Sources.uv_env`, in its environment), its output (stdout and
+    stderr) line by line to `on_output`; EnvironmentProblem with its last lines when it
+    fails."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAUNCHBAY_", "PIP_"))}
+    env.update(sources or {})
     env.update(NO_COLOR="1", UV_NO_PROGRESS="1", VIRTUAL_ENV="")
     env.pop("VIRTUAL_ENV")
     last: list[str] = []

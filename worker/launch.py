@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.contract import env as rank_env
-from jobs.spec import DEVICE_ENV, LAUNCHER_ENV, JobSpec
+from jobs.spec import DEVICE_ENV, JobSpec
 from jobs.startup_env import is_startup_env
+from worker.passed_env import passed_env
 
 # The NCCL flight recorder's dump files, in an attempt's log directory: `<prefix><rank>`.
 FLIGHT_RECORDER_PREFIX = "nccl-trace-rank-"
@@ -43,24 +44,6 @@ FRESH_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
 # Process-group set-up runs under the same timeout: never so short that slow starts fail it.
 MIN_COLLECTIVE_TIMEOUT_S = 30
-
-# Never handed to user code: credentials of the service itself.
-SECRET_ENV = frozenset(
-    {
-        "LAUNCHBAY_ADMIN_TOKEN",
-        "LAUNCHBAY_TOKEN",
-        "LAUNCHBAY_DATABASE_URL",
-        "LAUNCHBAY_REDIS_URL",
-        "DATABASE_URL",
-        "REDIS_URL",
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-    }
-)
-# Nor the settings of the service's own Redis, RQ and PostgreSQL clients (passwords included),
-# nor its identity in the artifact store (AWS_*: keys, profiles, web-identity token files).
-SECRET_ENV_PREFIXES = ("REDIS_", "RQ_", "PG", "POSTGRES_", "AWS_")
 
 
 @dataclass(frozen=True)
@@ -166,6 +149,7 @@ def build_launch(
     default_collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S,
     rendezvous: Rendezvous | None = None,
     gpus: Sequence[str] = (),
+    pass_env: Sequence[str] = (),
 ) -> LaunchPlan:
     """The command, environment and working directory of one attempt (of one node of it, with
     `rendezvous`, for a multi-node job).
@@ -173,8 +157,9 @@ def build_launch(
     `port` is a free local port: torchrun's c10d rendezvous endpoint, or MASTER_PORT for the
     `python` launcher; a multi-node job meets at `rendezvous.endpoint` instead.
     `recipe_module` is the recipe's module (required for `recipe:` specs).
-    `base_env` is the worker's own environment; the ranks get it minus the service's secrets,
-    then `spec.env`, then Launchbay's variables, which nothing overrides.
+    `base_env` is the worker's own environment; the ranks get what `worker.passed_env` allows
+    of it (and the names or prefixes of `pass_env`), then `spec.env`, then Launchbay's
+    variables, which nothing overrides.
     `gpus` are the worker's GPUs (CUDA ids); the job sees the first `nproc_per_node` of them.
     """
     cwd, entry = rank_entry(spec, paths, python, recipe_module)
@@ -188,6 +173,7 @@ def build_launch(
         base_env=base_env,
         default_collective_timeout_s=default_collective_timeout_s,
         gpus=gpus,
+        pass_env=pass_env,
     )
     if rendezvous is not None:
         env[NODE_ENV] = str(rendezvous.node)
@@ -278,16 +264,11 @@ def build_env(
     base_env: Mapping[str, str],
     default_collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S,
     gpus: Sequence[str] = (),
+    pass_env: Sequence[str] = (),
 ) -> dict[str, str]:
     """Every rank's environment (see `build_launch` for the order of precedence; the
     collective timeout is the one value of Launchbay's that `spec.env` may set)."""
-    # Inherited launcher variables would only mislead this launch.
-    env = {
-        k: v
-        for k, v in base_env.items()
-        if k not in SECRET_ENV and k not in LAUNCHER_ENV and not k.startswith(SECRET_ENV_PREFIXES)
-    }
-    env = {k: v for k, v in env.items() if not k.startswith("TORCHELASTIC_")}
+    env = passed_env(base_env, pass_env)
     # The GPUs are the worker's to give, whatever the spec says (the API refuses them too).
     env.update({k: v for k, v in spec.env.items() if k not in DEVICE_ENV and not is_startup_env(k)})
     env.update(gpu_env(spec, gpus))

@@ -180,13 +180,14 @@ def prepare_attempt(
     python: str | None = None,
     store: ArtifactStore | None = None,
     reserved: Sequence[str] | None = None,
+    pass_env: Sequence[str] = (),
 ) -> LaunchPlan:
     """Check, make the directories, copy the code and build the launch plan (of one node,
     meeting the others at `rendezvous`, for a multi-node job), run by `python` (the job's own
     environment's interpreter; by default the worker's), on the devices the dispatcher
-    `reserved` for it (by default the worker's first `nproc_per_node`). The checkpoint to
-    resume from is fetched from `store` (default: the data dir) when this worker does not
-    hold it."""
+    `reserved` for it (by default the worker's first `nproc_per_node`), with the worker's
+    variables `pass_env` names as well (`LAUNCHBAY_JOB_PASS_ENV`). The checkpoint to resume
+    from is fetched from `store` (default: the data dir) when this worker does not hold it."""
     devices = None if reserved is None else reserved_devices(worker_devices(cuda), reserved)
     check_resources(spec, cuda, devices)
     if startup_env_names(spec.env):  # a spec stored before the API refused these names
@@ -214,6 +215,7 @@ def prepare_attempt(
         default_collective_timeout_s=collective_timeout_s,
         rendezvous=rendezvous,
         gpus=(devices or worker_devices(cuda)).gpus,
+        pass_env=pass_env,
     )
     if reserved is None or (devices is not None and devices.gpus):
         return plan

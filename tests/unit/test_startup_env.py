@@ -47,7 +47,14 @@ OTHER_ENV = [
     "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "OPENSSL_CONF", "OPENSSL_ENGINES",
     "OPENSSL_MODULES", "BROWSER", "PATH", "HOME", "SHELL", "XYZ_PRELOAD",
 ]  # fmt: skip
-STARTUP_ENV = PYTHON_ENV + LOADER_ENV + LIBC_ENV + OTHER_ENV
+# What the GPU stack loads as a library: NCCL's plugins (and its configuration file, which can
+# name them), CUDA's and NVTX's injection libraries, OpenMP's tools.
+GPU_ENV = [
+    "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "NCCL_ENV_PLUGIN",
+    "NCCL_CONF_FILE", "CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH",
+    "OMP_TOOL_LIBRARIES",
+]  # fmt: skip
+STARTUP_ENV = PYTHON_ENV + LOADER_ENV + LIBC_ENV + OTHER_ENV + GPU_ENV
 USER = Principal(name="alice", role="user")
 ADMIN = Principal(name="root", role="admin")
 
@@ -89,5 +96,6 @@ def test_no_startup_name_reaches_a_rank(name: str) -> None:
 
 def test_ordinary_names_are_accepted() -> None:
     env = {"WANDB_API_KEY": "k", "HF_TOKEN": "t", "OMP_NUM_THREADS": "2", "MY_PATH_VAR": "x"}
+    env |= {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_NET": "Socket"}
     accepted = apply_submission_policy(synthetic(env), USER, Settings())
     assert accepted.env == env

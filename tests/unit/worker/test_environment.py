@@ -124,13 +124,15 @@ def test_eviction_removes_the_least_recently_used_that_no_job_holds(tmp_path: Pa
 def test_sources_become_uv_options() -> None:
     assert Sources().uv_args() == ["--no-build"], "wheels only: no build code on the worker"
     assert Sources(allow_builds=True).uv_args() == []
-    assert Sources("none", ("/wheels",)).uv_args() == [
-        "--no-build",
-        "--no-index",
-        "--find-links",
-        "/wheels",
-    ]
-    assert Sources("https://pypi.example/simple", allow_builds=True).uv_args() == [
-        "--default-index",
-        "https://pypi.example/simple",
-    ]
+    assert Sources("none", ("/wheels",)).uv_args() == ["--no-build", "--no-index"]
+    assert Sources("none", ("/wheels",)).uv_env() == {"UV_FIND_LINKS": "/wheels"}
+    assert Sources().uv_env() == {}
+
+
+def test_package_sources_reach_uv_through_its_environment_never_its_command_line() -> None:
+    """A command line is readable by every local user (/proc/<pid>/cmdline), and an index URL
+    may hold a password."""
+    index, wheels = "https://ci:hunter2@pypi.example/simple", "https://ci:hunter2@wheels.example/"
+    sources = Sources(index, (wheels, "/wheels"), allow_builds=True)
+    assert "hunter2" not in " ".join(sources.uv_args())
+    assert sources.uv_env() == {"UV_DEFAULT_INDEX": index, "UV_FIND_LINKS": f"{wheels},/wheels"}

@@ -195,8 +195,11 @@ def test_environment_precedence() -> None:
     assert (env["PATH"], env["FOO"], env["BAR"]) == ("/bin", "user", "1")
     assert env["LAUNCHBAY_JOB_ID"] == "job1" and env["PYTHONUNBUFFERED"] == "1"
     assert env["OMP_NUM_THREADS"] == "1"  # CPU: one thread per rank unless the spec says
-    assert env["LAUNCHBAY_TEST_SESSION"] == "marker"
-    for hidden in ("LAUNCHBAY_DATABASE_URL", "LAUNCHBAY_ADMIN_TOKEN", "RANK", "MASTER_PORT"):
+    # The worker's own FOO and marker are not on the allow-list (worker.passed_env).
+    assert "FOO" not in plan(spec(), base_env=base).env
+    for hidden in ("LAUNCHBAY_TEST_SESSION", "LAUNCHBAY_DATABASE_URL", "LAUNCHBAY_ADMIN_TOKEN"):
+        assert hidden not in env
+    for hidden in ("RANK", "MASTER_PORT"):
         assert hidden not in env
     assert not [name for name in env if name.startswith("AWS_")]  # the store's identity
     assert "TORCHELASTIC_RUN_ID" not in env
