@@ -1,12 +1,12 @@
 """Log search: the lines of one job, or of an owner's jobs, that contain a string or match a
-regular expression, within a time bound that no pattern can stretch or use to hold up other
-requests.
+regular expression, within a time bound, and without holding up other requests whatever the
+pattern.
 
 PostgreSQL: `line LIKE '%q%'` and `line ~ pattern`, served by the pg_trgm GIN index on
 `log_line.line` (migration 0009; without the extension the same queries scan), each query
 bounded by `SET LOCAL statement_timeout`; the database matches, outside this process. SQLite:
-`instr(line, q)` (SQLite's LIKE ignores case) and RE2 registered as a function, bounded by a
-progress handler that interrupts the query at its deadline, between lines.
+`instr(line, q)` (SQLite's LIKE ignores case) and RE2 registered as a function; the query is
+interrupted at its deadline by a progress handler, and by the function before each line.
 
 A pattern is checked and compiled by `jobs.user_regex`, the rule every user regex follows:
 RE2 syntax, matched in time linear in the line (which `LAUNCHBAY_MAX_LOG_LINE_BYTES` bounds)
