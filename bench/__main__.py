@@ -20,6 +20,7 @@ BENCHMARKS = {
     "gpu": "bench.p7_gpu",
     "environment": "bench.p8_environment",
     "logsearch": "bench.p9_log_search",
+    "logsearch-sqlite": "bench.p9_log_search_sqlite",
     "store": "bench.p9_store",
     "scheduling": "bench.p9_scheduling",
     "streams": "bench.p9_streams",

@@ -9,12 +9,11 @@ from typing import Annotated, TypeVar
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
+from jobs.user_regex import MAX_PATTERN_CHARS, BadPattern
 from service.deps import CurrentPrincipal, SessionDep, SettingsDep
 from service.errors import Forbidden, Unprocessable
 from service.models import LogLine
 from service.store.log_search import (
-    MAX_PATTERN_CHARS,
-    BadPattern,
     LogQuery,
     SearchTimeout,
     check_query,

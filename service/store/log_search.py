@@ -1,49 +1,36 @@
 """Log search: the lines of one job, or of an owner's jobs, that contain a string or match a
-regular expression, within a time bound.
+regular expression, within a time bound, and without holding up other requests whatever the
+pattern.
 
 PostgreSQL: `line LIKE '%q%'` and `line ~ pattern`, served by the pg_trgm GIN index on
 `log_line.line` (migration 0009; without the extension the same queries scan), each query
-bounded by `SET LOCAL statement_timeout`. SQLite: `instr(line, q)` (SQLite's LIKE ignores
-case) and a Python regular expression registered as a function, bounded by a progress handler
-that interrupts the query at its deadline.
+bounded by `SET LOCAL statement_timeout`; the database matches, outside this process. SQLite:
+`instr(line, q)` (SQLite's LIKE ignores case) and RE2 registered as a function; the query is
+interrupted at its deadline by a progress handler, and by the function before each line.
 
-The patterns are Python's (`re`), checked before any query: at most `MAX_PATTERN_CHARS`, no
-backreferences, and no repeat of something that itself repeats or alternates without bound
-(`(a+)+`, `(a|aa)*`): the shapes that backtrack exponentially and that no deadline between
-rows could stop within one long line; and at most four unbounded repeats (`.*a.*b.*c.*d` is
-polynomial in the line's length, which `LAUNCHBAY_MAX_LOG_LINE_BYTES` bounds). PostgreSQL runs
-them with its own engine, which agrees with Python's on the common syntax.
+A pattern is checked and compiled by `jobs.user_regex`, the rule every user regex follows:
+RE2 syntax, matched in time linear in the line (which `LAUNCHBAY_MAX_LOG_LINE_BYTES` bounds)
+with the GIL released, so no line holds a search past its deadline by more than its own match,
+and none freezes the process. PostgreSQL runs the pattern with its own engine, which agrees
+with RE2 on the common syntax and is stopped by the statement timeout.
 """
 
-import importlib
-import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, text
+from sqlalchemy import ColumnElement, LargeBinary, cast, func, text
 from sqlalchemy.exc import DataError, OperationalError
 from sqlmodel import Session, col, select
 
+from jobs.user_regex import MAX_PATTERN_CHARS, BadPattern, compile_user_regex
 from service.models import Job, LogLine
 
-MAX_PATTERN_CHARS = 256
-# Each unbounded repeat multiplies the work on a line that almost matches by its length.
-MAX_UNBOUNDED_REPEATS = 4
 REGEXP_FUNCTION = "launchbay_regexp"
 # SQLite calls the progress handler every this many virtual machine instructions.
 PROGRESS_EVERY = 10_000
-
-# The standard library's own pattern parser (re._parser, Python 3.11+).
-sre_parse: Any = importlib.import_module("re._parser")
-sre_constants: Any = importlib.import_module("re._constants")
-
-
-class BadPattern(ValueError):
-    """The search text or pattern is refused (empty, too long, invalid or too costly)."""
 
 
 class SearchTimeout(Exception):
@@ -65,70 +52,12 @@ def check_query(text_: str, regex: bool) -> LogQuery:
     if "\x00" in text_:
         raise BadPattern("the search text holds a NUL character")
     if regex:
-        try:
-            parsed = sre_parse.parse(text_)
-        except re.error as exc:
-            raise BadPattern(f"not a valid regular expression: {exc}") from None
-        _refuse_costly(parsed, inside_repeat=False)
-        if _unbounded_repeats(parsed) > MAX_UNBOUNDED_REPEATS:
-            raise BadPattern(
-                f"at most {MAX_UNBOUNDED_REPEATS} unbounded repeats (*, +) in a log search pattern"
-            )
+        compile_user_regex(text_)
     return LogQuery(text_, regex)
 
 
-def _unbounded_repeats(pattern: Any) -> int:
-    """How many unbounded repeats the parsed pattern holds, at any depth."""
-    count = 0
-    for op, arg in pattern:
-        if op in _REPEATS or (_POSSESSIVE is not None and op == _POSSESSIVE):
-            count += int(arg[1] == _UNBOUNDED) + _unbounded_repeats(arg[2])
-        elif op == sre_constants.SUBPATTERN:
-            count += _unbounded_repeats(arg[-1])
-        elif op == sre_constants.BRANCH:
-            count += sum(_unbounded_repeats(b) for b in arg[1])
-    return count
-
-
-_REPEATS = {sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT}
-_POSSESSIVE = getattr(sre_constants, "POSSESSIVE_REPEAT", None)
-_UNBOUNDED = sre_constants.MAXREPEAT
-
-
-def _refuse_costly(pattern: Any, *, inside_repeat: bool) -> None:
-    """Walk a parsed pattern; BadPattern on a backreference, or on a repeat (or alternation)
-    that can match without bound inside an unbounded repeat."""
-    for op, arg in pattern:
-        if op in (sre_constants.GROUPREF, sre_constants.GROUPREF_EXISTS):
-            raise BadPattern("backreferences are not allowed in a log search")
-        if op in _REPEATS or (_POSSESSIVE is not None and op == _POSSESSIVE):
-            low, high, body = arg
-            if inside_repeat and (high == _UNBOUNDED or high > 100):
-                raise BadPattern("nested repeats (such as (a+)+) are not allowed in a log search")
-            _refuse_costly(body, inside_repeat=inside_repeat or high == _UNBOUNDED or high > 100)
-        elif op == sre_constants.BRANCH:
-            if inside_repeat:
-                raise BadPattern(
-                    "an alternation inside a repeat (such as (a|ab)*) is not allowed in a log "
-                    "search; search for each alternative instead"
-                )
-            for branch in arg[1]:
-                _refuse_costly(branch, inside_repeat=inside_repeat)
-        elif op == sre_constants.SUBPATTERN:
-            _refuse_costly(arg[-1], inside_repeat=inside_repeat)
-        elif op in (sre_constants.ASSERT, sre_constants.ASSERT_NOT):
-            _refuse_costly(arg[1], inside_repeat=inside_repeat)
-        elif op == getattr(sre_constants, "ATOMIC_GROUP", None):
-            _refuse_costly(arg, inside_repeat=inside_repeat)
-
-
-@lru_cache(maxsize=64)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
-
-
-def _regexp(pattern: str, line: str | None) -> int:
-    return int(line is not None and _compiled(pattern).search(line) is not None)
+def _regexp(pattern: str, line: bytes | None) -> int:
+    return int(line is not None and compile_user_regex(pattern).found_in(line))
 
 
 def escape_like(text_: str) -> str:
@@ -142,7 +71,8 @@ def line_matches(session: Session, query: LogQuery) -> ColumnElement[bool]:
     if query.regex:
         if postgres:
             return line.op("~")(query.text)
-        return func.launchbay_regexp(query.text, line) == 1
+        # The line's UTF-8 bytes as stored: RE2 reads them without a str in between.
+        return func.launchbay_regexp(query.text, cast(line, LargeBinary)) == 1
     if postgres:
         return line.like(f"%{escape_like(query.text)}%", escape="\\")
     return func.instr(line, query.text) > 0
@@ -153,24 +83,41 @@ def time_bound(session: Session, timeout_s: float) -> Iterator[None]:
     """Run the statements inside within `timeout_s` (SearchTimeout otherwise); on SQLite,
     with the regular expression function registered on the connection."""
     connection = session.connection()
-    if connection.dialect.name == "postgresql":
-        connection.execute(text(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}"))
-        try:
+    if connection.dialect.name != "postgresql":
+        with _sqlite_bound(connection.connection.driver_connection, timeout_s):
             yield
-        except (OperationalError, DataError) as exc:
-            session.rollback()
-            # The regex engine reports the timeout as "invalid regular expression: operation
-            # cancelled"; the executor as "canceling statement due to statement timeout".
-            if "cancel" in str(exc.orig):
-                raise SearchTimeout(f"the search ran past {timeout_s:g} s") from None
-            if isinstance(exc, DataError):
-                raise BadPattern(f"the database refused the pattern: {exc.orig}") from None
-            raise
         return
-    raw: Any = connection.connection.driver_connection
-    raw.create_function(REGEXP_FUNCTION, 2, _regexp, deterministic=True)
+    connection.execute(text(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}"))
+    try:
+        yield
+    except (OperationalError, DataError) as exc:
+        session.rollback()
+        # The regex engine reports the timeout as "invalid regular expression: operation
+        # cancelled"; the executor as "canceling statement due to statement timeout".
+        if "cancel" in str(exc.orig):
+            raise SearchTimeout(f"the search ran past {timeout_s:g} s") from None
+        if isinstance(exc, DataError):
+            raise BadPattern(f"the database refused the pattern: {exc.orig}") from None
+        raise
+
+
+@contextmanager
+def _sqlite_bound(raw: Any, timeout_s: float) -> Iterator[None]:
+    """SQLite's side of `time_bound`: the query is interrupted at the deadline, checked every
+    PROGRESS_EVERY instructions and before each line's match, the long step on long lines."""
     deadline = time.monotonic() + timeout_s
-    raw.set_progress_handler(lambda: int(time.monotonic() > deadline), PROGRESS_EVERY)
+
+    def past_deadline() -> int:
+        return int(time.monotonic() > deadline)
+
+    def regexp(pattern: str, line: bytes | None) -> int:
+        if past_deadline():
+            raw.interrupt()
+            return 0
+        return _regexp(pattern, line)
+
+    raw.create_function(REGEXP_FUNCTION, 2, regexp, deterministic=True)
+    raw.set_progress_handler(past_deadline, PROGRESS_EVERY)
     try:
         yield
     except OperationalError as exc:
@@ -179,6 +126,8 @@ def time_bound(session: Session, timeout_s: float) -> Iterator[None]:
         raise
     finally:
         raw.set_progress_handler(None, 0)
+        # The closure holds the connection: registered on it, it would keep it alive forever.
+        raw.create_function(REGEXP_FUNCTION, 2, _regexp, deterministic=True)
 
 
 def search_job_logs(

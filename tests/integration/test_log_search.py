@@ -75,14 +75,13 @@ def test_a_jobs_lines_by_substring_and_by_pattern(api: TestClient, settings: Set
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_bad_and_costly_patterns_are_refused(api: TestClient, settings: Settings) -> None:
+def test_bad_and_unbounded_patterns_are_refused(api: TestClient, settings: Settings) -> None:
     job_id = add_job(api, settings, make_token(api, "ann"), LINES)
     logs = f"/v1/jobs/{job_id}/logs"
     for params in (
-        {"q": "(a+)+$", "regex": "true"},
-        {"q": "(x|xy)*z", "regex": "true"},
+        {"q": "(a{1,100}){1,100}b", "regex": "true"},
         {"q": r"(\w)\1", "regex": "true"},
-        {"q": ".*.*.*.*.*x", "regex": "true"},
+        {"q": "(?=x)y", "regex": "true"},
         {"q": "([", "regex": "true"},
         {"q": ""},
         {"q": "x" * 257},
