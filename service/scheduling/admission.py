@@ -3,7 +3,7 @@
 reservations whose attempt is over or whose worker went away before taking it (the job then
 queued again: `readmission`), and each waiting job's position and reason."""
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -308,16 +308,6 @@ def attempt_to_admit(connection: Connection, job: QueuedJob) -> QueuedJob | None
     note = lost_worker_note([r.worker for r in earlier])
     attempt = requeue_admission(Session(bind=connection), job.id, job.attempt, note)
     return None if attempt is None else replace(job, attempt=attempt)
-
-
-def at_attempts(
-    planned: Sequence[tuple[QueuedJob, list[Placement]]], attempts: Mapping[str, int]
-) -> list[tuple[QueuedJob, list[Placement]]]:
-    """`planned` with the jobs of `attempts` (queued again by `release`) at their new one."""
-    return [
-        (replace(job, attempt=attempts[job.id]) if job.id in attempts else job, places)
-        for job, places in planned
-    ]
 
 
 def show_waiting(
