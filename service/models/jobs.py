@@ -74,6 +74,11 @@ class Job(JobBase, table=True):
     preemptions: int = Field(
         default=0, sa_column=Column(Integer, nullable=False, server_default="0")
     )
+    # Attempts admitted onto a worker that went away before it took them (the dispatcher
+    # queued the job again as its next attempt): they use none of `max_retries` either.
+    lost_admissions: int = Field(
+        default=0, sa_column=Column(Integer, nullable=False, server_default="0")
+    )
     # Bytes of log lines stored, and lines counted but not stored past the per-job cap.
     log_bytes: int = Field(
         default=0, sa_column=Column(BigInteger, nullable=False, server_default="0")

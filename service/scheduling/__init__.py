@@ -8,6 +8,7 @@ at once, then hands each node to its worker.
     policies    owners' weights, quotas and priority limits (database rows, admin routes)
     lease       the leader lease with its fencing token
     admission   the transaction that admits, checked against the lease
+    readmission a job admitted onto a worker gone before taking it, queued as its next attempt
     executor    the RQ executor whose `submit` wakes the dispatcher
     dispatcher  the thread in each API process that takes the lease and dispatches
 """

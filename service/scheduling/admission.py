@@ -1,19 +1,22 @@
 """The database side of a dispatch pass: the queue as the planner reads it, the admission
 (checked against the lease's fencing token, in the same transaction), the release of
-reservations whose attempt is over, and each waiting job's position and reason."""
+reservations whose attempt is over or whose worker went away before taking it (the job then
+queued again: `readmission`), and each waiting job's position and reason."""
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, exists, insert, select, update
+from sqlmodel import Session
 
 from jobs.states import JobState
 from service.models import Job, JobReservation
 from service.scheduling.capacity import ActiveReservation
 from service.scheduling.lease import Lease, fence
 from service.scheduling.planner import Placement, QueuedJob, RunningJob
+from service.scheduling.readmission import lost_worker_note, requeue_admission
 from service.store import PENDING_REASON_MAX, QueuedShown, show_queued
 
 _job = Job.__table__  # type: ignore[attr-defined]
@@ -151,14 +154,47 @@ def stale_reservations(
     return stale
 
 
+# (job id, attempt) → the workers of its reservations that went away.
+LostAdmissions = dict[tuple[str, int], list[str]]
+
+
+def lost_admissions(
+    stale: Sequence[ActiveReservation],
+    jobs: dict[str, ReservedJob],
+    live_workers: Collection[str],
+) -> LostAdmissions:
+    """The attempts among `stale` that are still queued: admitted onto a worker that went
+    away before it took them."""
+    lost: LostAdmissions = {}
+    for r in stale:
+        job = jobs.get(r.job_id)
+        if job is not None and job.attempt == r.attempt and job.state is JobState.QUEUED:
+            gone = lost.setdefault((r.job_id, r.attempt), [])
+            if r.worker not in live_workers:
+                gone.append(r.worker)
+    return lost
+
+
 def release(
     connection: Connection,
     stale: Sequence[ActiveReservation],
     jobs: dict[str, ReservedJob],
+    lost: LostAdmissions,
     now: datetime,
-) -> None:
-    """Mark `stale` released: at the job's end when it ended, else now."""
+) -> dict[str, int]:
+    """Mark `stale` released: at the job's end when it ended, else now. A `lost` admission's
+    job goes back to the queue as its next attempt first, and its reservations are kept if a
+    worker took the attempt meanwhile (it runs). Returns the jobs queued again: their new
+    attempt."""
+    session = Session(bind=connection)
+    requeued = {}
+    for (job_id, attempt), gone in lost.items():
+        new = requeue_admission(session, job_id, attempt, lost_worker_note(gone))
+        if new is not None:
+            requeued[job_id] = new
     for r in stale:
+        if (r.job_id, r.attempt) in lost and r.job_id not in requeued:
+            continue
         job = jobs.get(r.job_id)
         ended = job.finished_at if job is not None and job.attempt == r.attempt else None
         connection.execute(
@@ -171,6 +207,7 @@ def release(
             )
             .values(released_at=min(ended, now) if ended is not None else now)
         )
+    return requeued
 
 
 def running_jobs(
@@ -210,11 +247,15 @@ def admit(
 ) -> list[tuple[QueuedJob, dict[str, Any]]]:
     """Reserve the devices of each admitted job, all its nodes or none, in the caller's
     transaction, after checking the lease is still ours (`LeaseLost` otherwise: roll back).
-    A job that left the queue since it was read, or is reserved already, is skipped. Returns
-    the jobs reserved, each with its spec (for the hand-over)."""
+    A job that left the queue since it was read, or is reserved already, is skipped; one
+    whose attempt was reserved before and released is admitted as its next attempt. Returns
+    the jobs reserved (at the attempt reserved), each with its spec (for the hand-over)."""
     fence(connection, lease, lease_ttl_s)
     reserved = []
-    for job, placements in admitted:
+    for planned, placements in admitted:
+        job = attempt_to_admit(connection, planned)
+        if job is None:
+            continue
         taken = connection.execute(
             update(_job)
             .where(
@@ -222,7 +263,9 @@ def admit(
                 _job.c.attempt == job.attempt,
                 _job.c.state == JobState.QUEUED.value,
                 ~exists().where(
-                    _reservation.c.job_id == job.id, _reservation.c.attempt == job.attempt
+                    _reservation.c.job_id == job.id,
+                    _reservation.c.attempt == job.attempt,
+                    _reservation.c.released_at.is_(None),
                 ),
             )
             .values(queue_position=None, pending_reason=None)
@@ -247,6 +290,24 @@ def admit(
         ]
         connection.execute(insert(_reservation), rows)
     return reserved
+
+
+def attempt_to_admit(connection: Connection, job: QueuedJob) -> QueuedJob | None:
+    """`job` as it can be admitted: as is, unless its attempt was reserved already: None while
+    that holds, else (released: its worker went away before taking it, and the job was not
+    queued again then, as a database of an earlier version may hold) its next attempt."""
+    earlier = connection.execute(
+        select(_reservation.c.worker, _reservation.c.released_at).where(
+            _reservation.c.job_id == job.id, _reservation.c.attempt == job.attempt
+        )
+    ).all()
+    if not earlier:
+        return job
+    if any(r.released_at is None for r in earlier):
+        return None
+    note = lost_worker_note([r.worker for r in earlier])
+    attempt = requeue_admission(Session(bind=connection), job.id, job.attempt, note)
+    return None if attempt is None else replace(job, attempt=attempt)
 
 
 def show_waiting(

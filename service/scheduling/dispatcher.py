@@ -6,9 +6,12 @@ submission, the end of any attempt: `executor.wake_dispatcher`), else every
 1. read the live workers (Redis) and the reservations, queue, usage and policies (database);
 2. plan (`planner.plan_dispatch`), outside any write transaction;
 3. in one transaction checked against the lease's fencing token (`admission.admit`): release
-   the reservations whose attempt is over, reserve the devices of every admitted job, ask
-   preempted jobs to stop, show each waiting job's position and reason;
-4. after the commit, hand each admitted node to its worker (`executor.hand_over`).
+   the reservations whose attempt is over, queue again as its next attempt a job whose worker
+   went away before taking it (`readmission`), reserve the devices of every admitted job
+   (planning again without a job that admission refused, so that its workers go to the jobs
+   behind it: `admit_in_rounds`), ask preempted jobs to stop;
+4. after the commit, hand each admitted node to its worker (`executor.hand_over`), then show
+   each waiting job's position and reason.
 
 A dispatcher that dies between 3 and 4 leaves admitted jobs without tasks: the reaper
 finds them (`DispatchExecutor.describe`) and hands them over again.
@@ -17,7 +20,8 @@ finds them (`DispatchExecutor.describe`) and hands them over again.
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -59,6 +63,37 @@ from service.store.lifecycle import transition
 log = logging.getLogger("launchbay.dispatcher")
 
 
+# Admission rounds of one pass at most (`admit_in_rounds`).
+ADMISSION_ROUNDS = 3
+
+Planned = list[tuple[QueuedJob, list[Placement]]]
+# A job reserved by this pass: at the attempt reserved, with its spec and placements.
+Admitted = tuple[QueuedJob, dict[str, Any], list[Placement]]
+
+
+def admit_in_rounds(
+    plan: Plan,
+    admit: Callable[[Planned], list[tuple[QueuedJob, dict[str, Any]]]],
+    replan: Callable[[set[str], list[Admitted]], Plan],
+    rounds: int = ADMISSION_ROUNDS,
+) -> tuple[list[Admitted], Plan]:
+    """Admit what `plan` admits. A job that admission refuses (it left the queue or changed
+    since it was read) must not keep the workers it was given from the jobs behind it: plan
+    again without it (`replan(refused ids, admitted so far)`) and admit that, up to `rounds`
+    times. Returns what was admitted, and the last plan (who waits, whom to preempt)."""
+    admitted: list[Admitted] = []
+    refused: set[str] = set()
+    for count in range(1, rounds + 1):
+        places = {job.id: p for job, p in plan.admitted}
+        taken = admit(plan.admitted)
+        admitted += [(job, spec, places[job.id]) for job, spec in taken]
+        refused |= places.keys() - {job.id for job, _ in taken}
+        if len(taken) == len(places) or count == rounds:
+            break
+        plan = replan(refused, admitted)
+    return admitted, plan
+
+
 @dataclass
 class PassReport:
     admitted: list[str] = field(default_factory=list)
@@ -74,10 +109,42 @@ class Snapshot:
     workers: list[WorkerCapacity]
     reserved_jobs: dict[str, admission.ReservedJob]
     stale: list[ActiveReservation]
+    # Those of `stale` that were admitted but not taken before their worker went away.
+    lost: admission.LostAdmissions
     held: list[ActiveReservation]
     waiting: list[admission.WaitingRow]
     usage: dict[str, OwnerUsage]
     policies: Policies
+
+
+def plan_pass(
+    seen: Snapshot,
+    settings: Settings,
+    now: datetime,
+    skip: Collection[str] = (),
+    admitted: Sequence[Admitted] = (),
+) -> Plan:
+    """The planner's decision on `seen`: without the jobs `skip`, and with those `admitted`
+    by this pass already holding their devices (a later admission round)."""
+    usage = {o: OwnerUsage(u.held_devices, u.decayed_s, u.period_s) for o, u in seen.usage.items()}
+    in_use = [InUse(r.worker, r.devices) for r in seen.held]
+    for job, _, places in admitted:
+        usage.setdefault(job.owner, OwnerUsage()).held_devices += job.devices
+        in_use += [InUse(p.worker, p.devices) for p in places]
+    left = set(skip) | {job.id for job, _, _ in admitted}
+    return plan_dispatch(
+        [w.job for w in seen.waiting if w.job.id not in left],
+        seen.workers,
+        in_use,
+        usage,
+        seen.policies.by_owner,
+        default_limits=seen.policies.default,
+        now=now.timestamp(),
+        starvation_after_s=settings.starvation_after_s,
+        quota_period_s=settings.quota_period_s,
+        running=admission.running_jobs(seen.held, seen.reserved_jobs, PREEMPTED_MESSAGE),
+        preemption=settings.preemption,
+    )
 
 
 @dataclass
@@ -113,31 +180,32 @@ class Dispatcher:
         now = utcnow()
         seen = self._read(now)
         started = time.perf_counter()
-        plan = plan_dispatch(
-            [w.job for w in seen.waiting],
-            seen.workers,
-            [InUse(r.worker, r.devices) for r in seen.held],
-            seen.usage,
-            seen.policies.by_owner,
-            default_limits=seen.policies.default,
-            now=now.timestamp(),
-            starvation_after_s=settings.starvation_after_s,
-            quota_period_s=settings.quota_period_s,
-            running=admission.running_jobs(seen.held, seen.reserved_jobs, PREEMPTED_MESSAGE),
-            preemption=settings.preemption,
-        )
+        plan = plan_pass(seen, settings, now)
         report.decision_s = time.perf_counter() - started
+
+        def replan(refused: set[str], admitted: list[Admitted]) -> Plan:
+            return plan_pass(seen, settings, now, refused, admitted)
+
         with self.engine.begin() as connection:
-            admission.release(connection, seen.stale, seen.reserved_jobs, now)
-            admitted = admission.admit(
-                connection, lease, settings.dispatch_lease_s, plan.admitted, now
-            )
+            requeued = admission.release(connection, seen.stale, seen.reserved_jobs, seen.lost, now)
+
+            def admit(planned: Planned) -> list[tuple[QueuedJob, dict[str, Any]]]:
+                return admission.admit(connection, lease, settings.dispatch_lease_s, planned, now)
+
+            admitted, plan = admit_in_rounds(plan, admit, replan)
             report.preempted = self._preempt(connection, plan)
+        for (job_id, attempt), gone in seen.lost.items():
+            if job_id in requeued:
+                log.warning(
+                    "job %s attempt %d: worker %s went away before taking it; queued again",
+                    job_id,
+                    attempt,
+                    ", ".join(gone),
+                )
         # Handed over before the positions are written: the launch waits for nothing else.
-        placements = {job.id: places for job, places in plan.admitted}
-        for job, spec in admitted:
+        for job, spec, places in admitted:
             report.admitted.append(job.id)
-            self._hand_over(job, spec, placements[job.id])
+            self._hand_over(job, spec, places)
         with self.engine.begin() as connection:
             admission.show_waiting(connection, {w.job.id: w for w in seen.waiting}, plan.waiting)
         report.released, report.waiting = len(seen.stale), len(plan.waiting)
@@ -151,7 +219,9 @@ class Dispatcher:
         with self.engine.connect() as connection:
             reservations = active_reservations(connection)
             reserved_jobs = admission.load_reserved_jobs(connection, reservations)
-            stale = admission.stale_reservations(reservations, reserved_jobs, live_lanes(workers))
+            lanes = live_lanes(workers)
+            stale = admission.stale_reservations(reservations, reserved_jobs, lanes)
+            lost = admission.lost_admissions(stale, reserved_jobs, lanes)
             stale_keys = {(r.job_id, r.attempt, r.node) for r in stale}
             held = [r for r in reservations if (r.job_id, r.attempt, r.node) not in stale_keys]
             waiting = admission.load_queue(
@@ -160,6 +230,13 @@ class Dispatcher:
                 self.known_specs,
                 queues_scheduled_elsewhere(settings),
             )
+            # A lost admission's job is planned as the attempt it becomes this pass (`release`).
+            waiting = [
+                replace(w, job=replace(w.job, attempt=w.job.attempt + 1))
+                if (w.job.id, w.job.attempt) in lost
+                else w
+                for w in waiting
+            ]
             # Read again when an attempt ended (its usage is final now) or a pass interval on.
             history = self.history
             if (
@@ -176,7 +253,7 @@ class Dispatcher:
         usage = {owner: OwnerUsage(0, u.decayed_s, u.period_s) for owner, u in past.items()}
         for r in held:
             usage.setdefault(r.owner, OwnerUsage()).held_devices += len(r.devices)
-        return Snapshot(workers, reserved_jobs, stale, held, waiting, usage, policies)
+        return Snapshot(workers, reserved_jobs, stale, lost, held, waiting, usage, policies)
 
     def _capacity(self) -> list[WorkerCapacity]:
         """The live workers, read at most once per `dispatch_interval_s`: a pass woken by a

@@ -232,8 +232,8 @@ def requeue(
     max_retries = job.job_spec().max_retries
     preempted = exit_reason is ExitReason.PREEMPTED
     # A preemption is the scheduler's doing: it uses none of the job's retries, and it stops
-    # the attempt through `cancelling`.
-    if not preempted and attempt - job.preemptions > max_retries:
+    # the attempt through `cancelling`. Nor does an admission lost with its worker.
+    if not preempted and attempt - job.preemptions - job.lost_admissions > max_retries:
         return None
     from_states = [JobState.STARTING, JobState.RUNNING]
     stmt = update(Job).where(

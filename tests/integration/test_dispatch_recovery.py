@@ -1,0 +1,196 @@
+"""The dispatcher when an admission does not lead to a run (docs/scheduling.md, "Hand-over"):
+a worker that goes away before it takes the job it was given, an admitted job whose task Redis
+lost, a wedge left in the database by an earlier version. Each time the job is admitted again
+and the jobs behind it keep using the free workers; a worker that took its job after all keeps
+it.
+
+Workers are their records in Redis (what real workers write; `devstack.workers`), over a real
+database (SQLite and PostgreSQL) and a real Redis; the dispatcher's passes are the test's.
+tests/integration/worker/test_dispatch_worker_lost.py freezes and kills a real worker."""
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from redis import Redis
+from rq import Queue
+from sqlalchemy import select
+from sqlmodel import Session
+
+from devstack.workers import register_worker
+from jobs.spec import JobSpec
+from jobs.states import ExitReason, JobState
+from service import store
+from service.db import make_engine
+from service.executors import make_executor
+from service.models import Job, JobEvent, JobReservation, utcnow
+from service.queue import worker_key
+from service.reaper import reap_once
+from service.scheduling import admission
+from service.scheduling.capacity import active_reservations, dispatch_queue_name
+from service.scheduling.dispatcher import Dispatcher
+from service.settings import Settings
+
+NOOP = {"name": "noop", "recipe": "synthetic", "nproc_per_node": 1}
+
+
+@pytest.fixture
+def dispatch_settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"scheduler": "dispatcher", "dispatch_lease_s": 60.0})
+
+
+@pytest.fixture
+def dispatcher(dispatch_settings: Settings) -> Iterator[Dispatcher]:
+    engine = make_engine(dispatch_settings.resolved_database_url)
+    redis = Redis.from_url(dispatch_settings.redis_url)
+    found = Dispatcher(engine, redis, dispatch_settings)
+    assert found.keep_lease() is not None
+    yield found
+    found.give_up()
+    redis.close()
+    engine.dispose()
+
+
+def create(dispatcher: Dispatcher, **spec: object) -> str:
+    with Session(dispatcher.engine, expire_on_commit=False) as session:
+        return store.create_job(session, JobSpec.model_validate({**NOOP, **spec}), owner="a").id
+
+
+def job_of(dispatcher: Dispatcher, job_id: str) -> Job:
+    with Session(dispatcher.engine, expire_on_commit=False) as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        return job
+
+
+def held(dispatcher: Dispatcher) -> dict[str, tuple[int, str]]:
+    """Each job's active reservation: (attempt, worker)."""
+    table = JobReservation.__table__  # type: ignore[attr-defined]
+    with dispatcher.engine.connect() as connection:
+        rows = connection.execute(select(table).where(table.c.released_at.is_(None)))
+        return {r.job_id: (r.attempt, r.worker) for r in rows}
+
+
+def dispatch(dispatcher: Dispatcher, passes: int = 3) -> list[str]:
+    """A few passes, as the dispatcher's thread runs them; the jobs admitted."""
+    admitted: list[str] = []
+    for _ in range(passes):
+        lease = dispatcher.keep_lease()
+        assert lease is not None
+        dispatcher.capacity = None  # the workers as Redis has them now
+        admitted += dispatcher.run_pass(lease).admitted
+    return admitted
+
+
+def run_and_finish(dispatcher: Dispatcher, job_id: str, attempt: int) -> None:
+    """What the reserved worker does: take the attempt, then end it."""
+    with Session(dispatcher.engine) as session:
+        assert store.take_job(session, job_id, attempt) is not None
+        assert store.transition_job(session, job_id, JobState.SUCCEEDED, attempt=attempt)
+
+
+def test_a_job_whose_worker_went_away_before_taking_it_is_admitted_again(
+    dispatcher: Dispatcher,
+) -> None:
+    """The wedge of issue 34: a job admitted onto a worker that froze and was killed before it
+    took the job was never admitted again, and took every free worker in each pass."""
+    redis = dispatcher.redis
+    register_worker(redis, "frozen")
+    lost, behind = create(dispatcher, max_retries=1), create(dispatcher)
+    assert dispatch(dispatcher, 1) == [lost]
+    assert held(dispatcher) == {lost: (1, "frozen")}
+    # Frozen, its record expires; then it is killed. Another worker comes up.
+    redis.delete(worker_key("frozen"))
+    register_worker(redis, "w1")
+
+    assert dispatch(dispatcher, 1) == [lost]
+    assert held(dispatcher) == {lost: (2, "w1")}
+    job = job_of(dispatcher, lost)
+    assert (job.state, job.attempt, job.queue_position) == ("queued", 2, None)
+    assert job.message is not None and "admitted on worker frozen, which went away" in job.message
+    # The frozen worker's task, were it thawed, runs nothing: its attempt is over.
+    with Session(dispatcher.engine) as session:
+        assert store.take_job(session, lost, 1) is None
+    assert Queue(dispatch_queue_name("w1"), connection=redis).job_ids == [f"{lost}-2"]
+    # The attempt lost used none of its retries: attempt 2 failing is retried once.
+    with Session(dispatcher.engine) as session:
+        assert store.take_job(session, lost, 2) is not None
+        assert store.requeue_job(session, lost, 2, exit_reason=ExitReason.USER_ERROR)
+    assert dispatch(dispatcher, 1) == [lost]
+    run_and_finish(dispatcher, lost, 3)
+    assert dispatch(dispatcher, 1) == [behind]
+
+
+def test_an_admitted_job_whose_task_went_with_redis_is_admitted_again(
+    dispatcher: Dispatcher, dispatch_settings: Settings
+) -> None:
+    """Redis restarts without its data: the task and the worker's record are gone; the worker
+    registers again at its next heartbeat."""
+    redis = dispatcher.redis
+    register_worker(redis, "w1")
+    job_id = create(dispatcher)
+    assert dispatch(dispatcher, 1) == [job_id]
+    redis.flushdb()
+    assert dispatch(dispatcher, 1) == []
+    register_worker(redis, "w1")
+    assert dispatch(dispatcher, 1) == [job_id]
+    assert held(dispatcher) == {job_id: (2, "w1")}
+    assert Queue(dispatch_queue_name("w1"), connection=redis).job_ids == [f"{job_id}-2"]
+    # The reaper, later, finds nothing lost.
+    executor = make_executor(dispatch_settings, redis, dispatcher.engine)
+    later = utcnow() + timedelta(seconds=60)
+    assert reap_once(dispatcher.engine, executor, dispatch_settings, now=later).enqueued == []
+
+
+def test_a_job_wedged_by_an_earlier_version_is_admitted_as_its_next_attempt(
+    dispatcher: Dispatcher,
+) -> None:
+    """Databases that ran the wedge: a queued job whose attempt has only a released
+    reservation, which used to refuse it for good (and block the job behind it)."""
+    register_worker(dispatcher.redis, "w1")
+    wedged, behind = create(dispatcher), create(dispatcher)
+    table = JobReservation.__table__  # type: ignore[attr-defined]
+    then = utcnow() - timedelta(hours=1)
+    with dispatcher.engine.begin() as connection:
+        row = {"job_id": wedged, "attempt": 1, "node": 0, "owner": "a", "worker": "gone"}
+        row |= {"devices": ["cpu:0"], "token": 1, "admitted_at": then, "released_at": then}
+        connection.execute(table.insert().values(**row))
+
+    assert dispatch(dispatcher) == [wedged]
+    assert held(dispatcher) == {wedged: (2, "w1")}
+    assert job_of(dispatcher, wedged).attempt == 2
+    run_and_finish(dispatcher, wedged, 2)
+    assert dispatch(dispatcher, 1) == [behind]
+    # The queued event of the new attempt says why.
+    events = JobEvent.__table__  # type: ignore[attr-defined]
+    with dispatcher.engine.connect() as connection:
+        stmt = select(events.c.data).where(events.c.job_id == wedged, events.c.attempt == 2)
+        queued = connection.execute(stmt.order_by(events.c.seq)).scalars().first()
+    assert queued["state"] == "queued" and queued["retry_of"] == 1
+    assert (
+        queued["message"]
+        == "attempt 1 was admitted on worker gone, which went away before taking it"
+    )
+
+
+def test_a_worker_that_takes_its_job_as_the_pass_finds_it_gone_keeps_it(
+    dispatcher: Dispatcher,
+) -> None:
+    """Its record expired (a heartbeat late under load) and the pass read it as gone, but it
+    took the job before the pass wrote: the job runs there, so its reservation stays (the
+    devices are in use) and it is not queued again."""
+    register_worker(dispatcher.redis, "late")
+    job_id = create(dispatcher)
+    assert dispatch(dispatcher, 1) == [job_id]
+    with dispatcher.engine.connect() as connection:
+        reservations = active_reservations(connection)
+        jobs = admission.load_reserved_jobs(connection, reservations)
+    stale = admission.stale_reservations(reservations, jobs, live_workers=())
+    lost = admission.lost_admissions(stale, jobs, live_workers=())
+    assert lost == {(job_id, 1): ["late"]}
+    with Session(dispatcher.engine) as session:
+        assert store.take_job(session, job_id, 1) is not None
+    with dispatcher.engine.begin() as connection:
+        assert admission.release(connection, stale, jobs, lost, utcnow()) == {}
+    assert held(dispatcher) == {job_id: (1, "late")}
+    assert (job_of(dispatcher, job_id).state, job_of(dispatcher, job_id).attempt) == ("starting", 1)
