@@ -80,7 +80,11 @@ def _under(path: str, parent: str) -> bool:
 def make_private(binds: list[tuple[str, str]], shm_size: int | None, keep: list[str]) -> None:
     """In the new namespaces: each bind's source over its target, a new tmpfs over /dev/shm,
     then each `keep` path that those now hide, mounted back where it was."""
-    targets = [(os.path.realpath(s), os.path.realpath(t)) for s, t in binds if os.path.isdir(t)]
+    targets: list[tuple[str, str]] = []
+    for source, target in binds:
+        real = os.path.realpath(target)  # /var/tmp may be a link to /tmp: covered once
+        if os.path.isdir(real) and real not in (t for _, t in targets):
+            targets.append((os.path.realpath(source), real))
     covered = [t for _, t in targets] + ([SHM] if os.path.isdir(SHM) else [])
     kept: list[str] = []
     for path in sorted({os.path.realpath(k) for k in keep}):
