@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 RELATIVE = Path(".cache") / "torch_extensions"
 TORCH_ENV = "TORCH_EXTENSIONS_DIR"
 MAX_BYTES = 2 * 1024**3
+DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
 def owner_cache(data_dir: Path, owner: str) -> Path:
@@ -48,26 +49,37 @@ def env(home: Path, spec_env: Mapping[str, str]) -> dict[str, str]:
 def restore(data_dir: Path, owner: str, home: Path) -> bool:
     """Copy the owner's builds into the run's `home`; whether there were any. Call before the
     run's directories are given to its job user (which makes the copy the job user's)."""
-    source = owner_cache(data_dir, owner)
-    if not source.is_dir():
+    source = _open_tree(owner_cache(data_dir, owner))
+    if source is None:
         return False
-    _copy_tree(source, home / RELATIVE)
+    try:
+        _copy_tree(source, home / RELATIVE)
+    finally:
+        os.close(source)
     return True
 
 
 def save(data_dir: Path, owner: str, home: Path) -> bool:
     """Copy the run's builds back as the owner's (replacing the previous copy whole); whether
-    they were kept. Call only when no process of the attempt is left."""
-    source = home / RELATIVE
-    if source.is_symlink() or not source.is_dir():
+    they were kept. Call only when no process of the attempt is left. No part of the way from
+    `home` down is followed if it is a link: a job that made ``.cache`` a link to another
+    owner's cache gets nothing copied."""
+    source = _open_tree(home, *RELATIVE.parts)
+    if source is None:
         return False
+    try:
+        return _keep(source, owner_cache(data_dir, owner))
+    finally:
+        os.close(source)
+
+
+def _keep(source: int, cache: Path) -> bool:
     size = _tree_bytes(source)
     if size == 0:
         return False
     if size > MAX_BYTES:
-        log.warning("not keeping %s: %d bytes of builds, over %d", source, size, MAX_BYTES)
+        log.warning("not keeping %s: %d bytes of builds, over %d", cache, size, MAX_BYTES)
         return False
-    cache = owner_cache(data_dir, owner)
     cache.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(cache.parent.parent, 0o700)
     staging = cache.parent / f".incoming-{uuid.uuid4().hex}"
@@ -80,36 +92,76 @@ def save(data_dir: Path, owner: str, home: Path) -> bool:
     return True
 
 
-def _copy_tree(source: Path, target: Path) -> None:
-    """Directories and regular files only, never following a link; the worker owns the copy.
-    A directory holding torch's build lock (``lock``: a build killed half-way) is left out,
-    or every later job would wait forever for that lock to go."""
+def _open_dir(name: str | Path, dir_fd: int | None = None) -> int | None:
+    """A descriptor of the directory `name` (in `dir_fd`), or None when it is missing, a link
+    or not a directory."""
+    try:
+        return os.open(name, DIRECTORY, dir_fd=dir_fd)
+    except OSError:
+        return None
+
+
+def _open_tree(top: Path, *parts: str) -> int | None:
+    """A descriptor of the directory `top`/`parts`, reached without following a link at any
+    step; None when a step is missing, a link or not a directory."""
+    fd = _open_dir(top)
+    for part in parts:
+        if fd is None:
+            return None
+        inner = _open_dir(part, fd)
+        os.close(fd)
+        fd = inner
+    return fd
+
+
+def _copy_tree(source: int, target: Path) -> None:
+    """Directories and regular files of the directory `source` only, never following a link;
+    the worker owns the copy. A directory holding torch's build lock (``lock``: a build killed
+    half-way) is left out, or every later job would wait forever for that lock to go."""
     target.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for entry in os.scandir(source):
-        mode = entry.stat(follow_symlinks=False).st_mode
-        if stat.S_ISDIR(mode) and os.path.lexists(os.path.join(entry.path, "lock")):
-            log.warning("not keeping %s: its build did not finish", entry.path)
-        elif stat.S_ISDIR(mode):
-            _copy_tree(Path(entry.path), target / entry.name)
-        elif stat.S_ISREG(mode):
-            _copy_file(Path(entry.path), target / entry.name, entry.stat(follow_symlinks=False))
+    for name, info in _entries(source):
+        if stat.S_ISREG(info.st_mode):
+            _copy_file(source, name, target / name, info)
+        elif stat.S_ISDIR(info.st_mode) and (inner := _open_dir(name, source)) is not None:
+            try:
+                if _has(inner, "lock"):
+                    log.warning("not keeping %s: its build did not finish", target / name)
+                else:
+                    _copy_tree(inner, target / name)
+            finally:
+                os.close(inner)
 
 
-def _copy_file(source: Path, target: Path, info: os.stat_result) -> None:
+def _entries(directory: int) -> list[tuple[str, os.stat_result]]:
+    """(name, lstat) of each entry of the directory `directory`."""
+    with os.scandir(directory) as entries:
+        return [(entry.name, entry.stat(follow_symlinks=False)) for entry in entries]
+
+
+def _has(directory: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=directory, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def _copy_file(directory: int, name: str, target: Path, info: os.stat_result) -> None:
     """A copy with the source's times: ninja, which torch runs for every load, rebuilds an
     extension whose files' times do not match its build log."""
-    fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
     with os.fdopen(fd, "rb") as reader, open(target, "wb") as writer:
         shutil.copyfileobj(reader, writer, 1024 * 1024)
     os.chmod(target, stat.S_IMODE(info.st_mode) & 0o755)
     os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
 
 
-def _tree_bytes(root: Path) -> int:
+def _tree_bytes(top: int) -> int:
+    """Bytes of the regular files under the directory `top`, links not followed."""
     total = 0
-    for path, _, files in os.walk(root):
+    for _, _, files, directory in os.fwalk(".", dir_fd=top):
         for name in files:
-            info = os.lstat(os.path.join(path, name))
+            info = os.stat(name, dir_fd=directory, follow_symlinks=False)
             if stat.S_ISREG(info.st_mode):
                 total += info.st_size
     return total

@@ -4,6 +4,7 @@ sampled while it runs against what its owner's quota leaves it (`DiskWatch`)."""
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import func, update
@@ -62,6 +63,8 @@ class DiskWatch:
         self.engine, self.job_id, self.data_dir, self.quota = engine, job_id, data_dir, quota
         self.next_check = time.monotonic() + DISK_CHECK_S
         self.exempt = quota is None
+        # What the job holds outside its directories, in bytes (its private /dev/shm).
+        self.elsewhere: Callable[[], int] | None = None
 
     def check(self) -> str | None:
         """None, or the message of a job over what its owner's quota leaves it."""
@@ -78,6 +81,7 @@ class DiskWatch:
             self.exempt = True
             return None
         used = job_disk_bytes(self.data_dir, self.job_id)
+        used += self.elsewhere() if self.elsewhere is not None else 0
         if used + others <= self.quota:
             return None
         return (

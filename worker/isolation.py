@@ -12,14 +12,21 @@ at the same time, and it is never the API's or the worker's uid. When the last h
 lease back, every process of that uid is SIGKILLed, and the lease file says so (`CLEAN`); a
 lease taken without that mark (its last holder died) SIGKILLs whatever is left first.
 
-**Directories.** The run directory stays the worker's (0711: the job may pass, not list); in
-it the job owns, mode 0700, ``logs/``, ``home/`` (its ``HOME``), ``tmp/`` (its ``TMPDIR``),
-``code/`` and the events file; it owns its checkpoint and artifacts directories (mode 0750,
-group: the data dir's, so an API running under the service's uid can serve the files). The data
-dir, ``runs/``, ``checkpoints/``, ``artifacts/``, ``envs/`` and ``code/`` are 0711, the SQLite
+**Directories.** The run directory stays the worker's (0711: the job may pass, not list); in it
+the job owns, mode 0700, ``logs/``, ``home/`` (its ``HOME``), ``tmp/`` (its ``TMPDIR`` and its
+``/tmp``), ``var-tmp/`` (its ``/var/tmp``: see `worker.scratch`), ``code/`` and the events file;
+it owns its checkpoint and artifacts directories (mode 0750, group: the data dir's, so an API
+running under the service's uid can serve the files). The data dir, ``runs/``, ``checkpoints/``,
+``artifacts/`` and ``envs/`` are 0711, ``code/`` 0750 (jobs run their own copy), the SQLite
 database 0600 and ``supervisors/`` 0700. The worker never follows a link the job may have
 planted when it writes or reads a job file (``O_NOFOLLOW``), and the API serves a checkpoint
 only from inside its job's directory.
+
+**What a job leaves behind** for the next job under its uid: its scratch (``tmp/``,
+``var-tmp/``) is removed when the attempt ends, its ``/dev/shm`` and System V IPC die with its
+namespaces (`worker.scratch`); where there are none, what the uid owns in the host's /tmp,
+/var/tmp and /dev/shm goes when the lease is given back (`worker.leftovers`), as do its IPC
+objects in any case.
 
 **Without root** none of this can happen: the ranks run as the worker's user (the worker warns
 at start), or the worker refuses to start with `LAUNCHBAY_REQUIRE_ISOLATION=true`.
@@ -29,6 +36,7 @@ import fcntl
 import logging
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import time
@@ -38,8 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.hardening import tighten as _tighten
+from worker import scratch
 from worker.cgroups import describe_support
 from worker.launch import RunPaths
+from worker.leftovers import remove_leftovers
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +58,7 @@ JOB_USER_PREFIX = "launchbay-job-"
 # a lease that a dead worker held still names its job, and the next one looks for leftovers.
 CLEAN = "-"
 OWNER_WIDTH = 256  # bytes of a lease's ``<index>.job``: a job id, padded with spaces
+SCRATCH = tuple(name for name, _ in scratch.SCRATCH_DIRS)  # ``tmp``, ``var-tmp``
 
 
 def can_switch_users() -> bool:
@@ -60,7 +71,8 @@ def describe_isolation() -> str | None:
         return None
     return (
         f"the worker is not root (uid {os.geteuid()}): jobs run under the worker's own uid and "
-        "can read its environment, the database and every other job's files; run the worker "
+        "can read its environment, the database and every other job's files, and share /tmp, "
+        "/var/tmp, /dev/shm and System V IPC with each other; run the worker "
         "as root for job users (docs/security.md), or set LAUNCHBAY_REQUIRE_ISOLATION=true to "
         "refuse to start like this"
     )
@@ -142,6 +154,7 @@ class JobUser:
     lease_dir: Path
     paths: RunPaths | None = None
     owner_file: Path | None = None  # the lease's ``<index>.job``: its job, or `CLEAN`
+    private_scratch: bool = False  # its attempts run in namespaces of their own (`worker.scratch`)
 
     def env(self, paths: RunPaths) -> dict[str, str]:
         """What the ranks' environment says of their user."""
@@ -151,6 +164,13 @@ class JobUser:
             "USER": self.name,
             "LOGNAME": self.name,
         }
+
+    def scratch(self, cwd: Path, shm_size: int | None) -> scratch.PrivateScratch | None:
+        """The attempt's private scratch, where this worker gives one (`worker.scratch`)."""
+        if not self.private_scratch or self.paths is None:
+            return None
+        keep = scratch.launch_paths(self.paths.data_dir, cwd)
+        return scratch.PrivateScratch(self.paths.run_dir, shm_size, keep)
 
     def release(self) -> list[int]:
         """Give the lease back; the last holder kills what is left under the uid. The job's
@@ -165,6 +185,7 @@ class JobUser:
                     last = False  # another node of the job still runs under it
                 if last:
                     killed, left = _sweep_user(self.uid, 5.0)
+                    remove_leftovers(self.uid, files=not self.private_scratch)
                     if not left and self.owner_file is not None:
                         # Nothing runs under the uid and, the lock being ours alone, nothing
                         # can start under it until the next lease: that one need not look.
@@ -231,6 +252,7 @@ def _fresh_lease(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None
         uid, gid = ensure_job_user(name)
         if not _left_clean(owner):
             kill_user_processes(uid)  # whatever a dead worker's job left under it
+            remove_leftovers(uid, files=scratch.unavailable() is not None)
         write_lease_owner(owner, job_id)
         fcntl.flock(fd, fcntl.LOCK_SH)
         return JobUser(name, uid, gid, fd, lease_dir, owner_file=owner)
@@ -268,6 +290,10 @@ def _chown_tree(path: Path, uid: int, gid: int) -> None:
             os.lchown(os.path.join(root, name), uid, gid)
 
 
+def _scratch_dirs(paths: RunPaths) -> list[Path]:
+    return [paths.run_dir / name for name in SCRATCH]
+
+
 def give_directories(paths: RunPaths, user: JobUser) -> None:
     """Make the attempt's directories the job user's (see the module docstring)."""
     group = os.stat(paths.data_dir).st_gid
@@ -275,11 +301,11 @@ def give_directories(paths: RunPaths, user: JobUser) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         os.chown(directory, 0, group)
         _tighten(directory, 0o711)
-    for sub in ("home", "tmp", "logs"):
+    for sub in ("home", "logs", *SCRATCH):
         (paths.run_dir / sub).mkdir(exist_ok=True)
     paths.log_dir.mkdir(parents=True, exist_ok=True)
     os.close(os.open(paths.events_file, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
-    for owned in (paths.run_dir / "home", paths.run_dir / "tmp", paths.log_dir, paths.code_dir):
+    for owned in (paths.run_dir / "home", paths.log_dir, paths.code_dir, *_scratch_dirs(paths)):
         if owned.exists() and not owned.is_symlink():
             _chown_tree(owned, user.uid, user.gid)
             _tighten(owned, 0o700)
@@ -300,9 +326,12 @@ def give_directories(paths: RunPaths, user: JobUser) -> None:
 
 
 def take_back_directories(paths: RunPaths, *, checkpoints: bool) -> None:
-    """The attempt's directories (and its job's checkpoints) owned by the worker again."""
+    """The attempt's directories (and its job's checkpoints) owned by the worker again; its
+    scratch removed."""
+    for path in _scratch_dirs(paths):
+        shutil.rmtree(path, ignore_errors=True)
     group = os.stat(paths.data_dir).st_gid
-    owned = [paths.run_dir / "home", paths.run_dir / "tmp", paths.log_dir, paths.code_dir]
+    owned = [paths.run_dir / "home", paths.log_dir, paths.code_dir]
     owned += [paths.events_file, *([paths.checkpoint_dir, paths.output_dir] if checkpoints else [])]
     for path in owned:
         if path.exists() and not path.is_symlink():
@@ -334,6 +363,7 @@ def isolate_attempt(
     if user is None:
         raise LaunchProblem(f"all {pool_size} job users of this worker's host are in use")
     user.paths = paths
+    user.private_scratch = scratch.unavailable() is None
     try:
         give_directories(paths, user)
     except BaseException:
@@ -347,6 +377,14 @@ def check_isolation(require: bool) -> None:
     problems = [p for p in (describe_isolation(), describe_support()) if p]
     for problem in problems:
         log.warning("JOBS ARE NOT ISOLATED: %s", problem)
+    why = scratch.unavailable()
+    if can_switch_users() and why is not None:
+        log.warning(
+            "jobs get no private /tmp, /var/tmp and /dev/shm here (%s): they use the host's, "
+            "what a job user leaves there is removed when its lease ends, and it is not counted "
+            "against the owner's disk quota while the job runs",
+            why,
+        )
     if require and problems:
         raise SystemExit(
             "LAUNCHBAY_REQUIRE_ISOLATION is set, but jobs cannot be isolated here: "

@@ -46,6 +46,7 @@ from worker.ingest import Ingestor
 from worker.isolation import JobUser
 from worker.launch import LaunchPlan, Rendezvous, RunPaths
 from worker.outcome import Outcome, classify_exit, read_oom_kills
+from worker.scratch import shm_bytes
 from worker.stacks import record_rank_stacks
 from worker.stops import FAILING_STOPS, StopOutcomes, StopReason
 from worker.supervise import (
@@ -143,13 +144,16 @@ class AttemptMonitor:
             memory_limit_bytes=self.spec.memory_limit_bytes,
             pids_max=self.settings.job_pids_max,
         )
+        user, shm_size = self.job_user, self.spec.memory_limit_bytes
+        scratch = None if user is None else user.scratch(self.plan.cwd, shm_size)
         try:
             tree = self.tree = start_launcher(
                 self.plan,
                 self.paths.launcher_log,
                 self.paths.pids_file,
                 cgroup,
-                user=None if self.job_user is None else (self.job_user.uid, self.job_user.gid),
+                user=None if user is None else (user.uid, user.gid),
+                scratch=scratch,
             )
         except OSError as exc:
             if cgroup is not None:
@@ -157,6 +161,8 @@ class AttemptMonitor:
             return Outcome(
                 JobState.FAILED, ExitReason.LAUNCH_ERROR, None, f"cannot start: {exc}"
             ), []
+        if scratch is not None:  # its /dev/shm counts with its files
+            self.disk.elsewhere = lambda: shm_bytes(tree.pid)
         cgroup_oom = False
         yield_cpu_to_ranks()  # the ranks run: see there
         try:

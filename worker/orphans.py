@@ -29,7 +29,8 @@ import psutil
 
 from jobs.contract import env as rank_env
 from worker.cgroups import JobCgroup, cgroup_name
-from worker.launch import NODE_ENV
+from worker.isolation import can_switch_users, take_back_directories
+from worker.launch import NODE_ENV, RunPaths
 
 log = logging.getLogger(__name__)
 
@@ -181,8 +182,18 @@ def stop_orphans(data_dir: Path, *, timeout_s: float = 5.0) -> list[int]:
                 note.attempt,
                 sorted(stopped),
             )
+        _take_back(data_dir, note)
         try:
             path.unlink()
         except FileNotFoundError:
             pass
     return sorted(set(killed))
+
+
+def _take_back(data_dir: Path, note: SupervisorNote) -> None:
+    """The dead attempt's directories the worker's again and its scratch removed, as its
+    supervisor would have done on giving its job user back: the next job under that uid must
+    find nothing of it (`worker.isolation`)."""
+    if can_switch_users():
+        paths = RunPaths.for_attempt(data_dir, note.job_id, note.attempt, note.node)
+        take_back_directories(paths, checkpoints=False)

@@ -33,6 +33,7 @@ import psutil
 
 from worker.cgroups import CGROUP_ENV, JobCgroup
 from worker.launch import LaunchPlan
+from worker.scratch import PrivateScratch
 
 log = logging.getLogger(__name__)
 
@@ -249,30 +250,62 @@ def start_launcher(
     pids_file: Path | None = None,
     cgroup: JobCgroup | None = None,
     user: tuple[int, int] | None = None,
+    scratch: PrivateScratch | None = None,
 ) -> ProcessTree:
     """Start the plan's command in a session of its own (and in `cgroup`, before it runs
     anything), its output appended to `output`; it is SIGTERMed by the kernel if this process
-    dies first. With `user` (uid, gid), the command runs as that user (`worker.isolation`)."""
+    dies first. With `user` (uid, gid), the command runs as that user (`worker.isolation`), in
+    its private `scratch` when given (`worker.scratch`, which gets the environment through a
+    pipe and becomes the user itself)."""
     output.parent.mkdir(parents=True, exist_ok=True)
     env = plan.env if cgroup is None else {**plan.env, CGROUP_ENV: cgroup.launcher_env}
+    argv, env_pipe = with_lifeline(plan.argv), None
+    if scratch is not None and user is not None:
+        env_pipe = os.pipe()
+        argv = scratch.command(argv, uid=user[0], gid=user[1], env_fd=env_pipe[0])
+        user = None
     # Never through a link: the job user may own the directory.
     out_fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
-    with open(out_fd, "ab") as out:
-        popen = subprocess.Popen(
-            with_lifeline(plan.argv),
-            env=env,
-            cwd=plan.cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            user=None if user is None else user[0],
-            group=None if user is None else user[1],
-            extra_groups=None if user is None else [],
-        )
+    try:
+        with open(out_fd, "ab") as out:
+            popen = subprocess.Popen(
+                argv,
+                env={} if env_pipe is not None else env,
+                pass_fds=() if env_pipe is None else (env_pipe[0],),
+                cwd=plan.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                user=None if user is None else user[0],
+                group=None if user is None else user[1],
+                extra_groups=None if user is None else [],
+            )
+    except BaseException:
+        if env_pipe is not None:
+            os.close(env_pipe[1])
+        raise
+    finally:
+        if env_pipe is not None:
+            os.close(env_pipe[0])
+    if env_pipe is not None:
+        _send_env(env_pipe[1], env)
     if cgroup is not None:
         cgroup.add(popen.pid)
     return ProcessTree(popen, pids_file, cgroup)
+
+
+def _send_env(fd: int, env: dict[str, str]) -> None:
+    """`env` as JSON down the pipe `fd`, then closed; a helper that died first is the launcher's
+    exit to report."""
+    data = memoryview(json.dumps(env).encode())
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    except BrokenPipeError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _kill(pid: int, sig: signal.Signals, group: bool = False) -> None:

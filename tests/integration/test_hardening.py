@@ -73,3 +73,4 @@ def test_the_database_file_is_the_services_alone(tmp_path: Path) -> None:
     harden_service(data, f"sqlite:///{database}")
     assert database.stat().st_mode & 0o777 == 0o600
     assert data.stat().st_mode & 0o777 == 0o711
+    assert (data / "code").stat().st_mode & 0o777 == 0o750  # uploads: no job user passes

@@ -55,7 +55,9 @@ def test_a_job_reaches_nothing_of_the_service_or_of_another_job(
     assert report["uid"] not in (0, os.getuid())
     assert report["user"].startswith(JOB_USER_PREFIX)
     assert report["found"] == []
-    assert report["database"] == "PermissionError"
+    # This test's database lies under /tmp, outside the data dir: a job whose /tmp is its own
+    # does not even see it (its mode is test_hardening's).
+    assert report["database"] in ("PermissionError", "FileNotFoundError")
     assert report["worker_environ"] == "PermissionError"
     assert report["other_logs"] == "PermissionError"
     assert report["other_log_file"] == "PermissionError"
@@ -160,3 +162,54 @@ def test_a_lease_looks_for_leftovers_only_after_a_holder_that_did_not_give_it_ba
     finally:
         leftover.kill()
         leftover.wait()
+
+
+PLANT = """
+import ctypes, os, sys
+name, key = sys.argv[1], int(sys.argv[2])
+for directory in ("/tmp", "/var/tmp", "/dev/shm"):
+    fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.close(fd)
+os.makedirs(os.path.join("/tmp", name + ".d", "deeper"))
+libc = ctypes.CDLL(None, use_errno=True)
+made = [libc.shmget(key, 4096, 0o1600), libc.semget(key, 1, 0o1600), libc.msgget(key, 0o1600)]
+sys.exit(1 if -1 in made else 0)
+"""
+
+
+def test_without_a_private_scratch_what_a_uid_left_goes_when_its_lease_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where attempts get no namespaces of their own (a root worker without CAP_SYS_ADMIN), the
+    files a job user left in /tmp, /var/tmp and /dev/shm and its System V IPC objects are
+    removed when its lease is given back; nobody else's are. A uid of the test's own."""
+    import subprocess
+    import sys
+    import uuid
+
+    import worker.isolation as isolation
+    from worker import leftovers, scratch
+
+    uid = gid = 2**31 - 11  # no user has it
+    monkeypatch.setattr(isolation, "ensure_job_user", lambda name: (uid, gid))
+    monkeypatch.setattr(scratch, "unavailable", lambda: "no CAP_SYS_ADMIN (the test says)")
+    name, key = f"leftover-{uuid.uuid4().hex}", 0x4C430000 + os.getpid() % 0xFFFF
+    theirs = Path("/tmp") / f"{name}.root"  # another uid's, in the same directory
+    theirs.touch()
+    user = lease_job_user(tmp_path / "leases", 1, "job-a")
+    assert user is not None and not user.private_scratch
+    try:
+        planted = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", PLANT, name, str(key)],
+            user=uid, group=gid, extra_groups=[], capture_output=True, text=True,
+        )  # fmt: skip
+        assert planted.returncode == 0, planted.stderr
+        assert len(leftovers.ipc_objects(uid)) == 3
+        user.release()
+        assert leftovers.ipc_objects(uid) == []
+        assert not any(Path(d, name).exists() for d in ("/tmp", "/var/tmp", "/dev/shm"))
+        assert not Path("/tmp", f"{name}.d").exists()
+        assert theirs.exists()
+    finally:
+        theirs.unlink()
+        leftovers.remove_leftovers(uid, files=True)

@@ -175,3 +175,31 @@ def test_a_dead_node_supervisor_s_orphans_are_stopped_not_its_peer_node_s(
         for proc in (node_0, node_1):
             proc.kill()
             proc.wait(5)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="job users need a root worker")
+def test_a_dead_supervisor_s_directories_are_taken_back_from_its_job_user(tmp_path: Path) -> None:
+    """What the attempt's supervisor does when it gives its job user back, the next worker does
+    for it: the next job under that uid finds nothing of this one (no files it owns, no
+    scratch). A uid of the test's own."""
+    uid = 2**31 - 13
+    data = tmp_path / "data"
+    run_dir = data / "runs" / "job-x" / "attempt-1"
+    for name in ("home", "logs", "tmp", "var-tmp"):
+        (run_dir / name).mkdir(parents=True)
+        (run_dir / name / "left.txt").write_text("the job's")
+        for path in (run_dir / name, run_dir / name / "left.txt"):
+            os.chown(path, uid, uid)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_started = psutil.Process(dead.pid).create_time()
+    dead.wait()
+    note = SupervisorNote("job-x", 1, dead.pid, dead_started, psutil.boot_time(), "none")
+    path = note_path(data, "job-x", 1)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(asdict(note)))
+
+    stop_orphans(data)
+
+    assert not (run_dir / "tmp").exists() and not (run_dir / "var-tmp").exists()
+    for name in ("home", "logs"):
+        assert (run_dir / name / "left.txt").stat().st_uid == os.getuid()

@@ -56,6 +56,12 @@ def test_links_a_job_planted_are_never_followed_or_kept(tmp_path: Path) -> None:
     (linked_home / ".cache").mkdir(parents=True)
     (linked_home / RELATIVE).symlink_to(home / RELATIVE, target_is_directory=True)
     assert not build_cache.save(data, "bob", linked_home)
+    # A link higher up: $HOME/.cache made a link to another owner's cache (issue 34, item 5).
+    dotted_home = tmp_path / "dotted"
+    dotted_home.mkdir()
+    (dotted_home / ".cache").symlink_to(kept.parent, target_is_directory=True)
+    assert not build_cache.save(data, "bob", dotted_home)
+    assert not owner_cache(data, "bob").exists()
 
 
 def test_a_build_killed_half_way_is_not_kept(tmp_path: Path) -> None:
