@@ -24,7 +24,7 @@ import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from service.errors import error_response
+from service.errors import ServiceUnavailable, error_response
 
 log = logging.getLogger("launchbay.api")
 
@@ -73,9 +73,8 @@ class Outage:
 
     @property
     def message(self) -> str:
-        return (
-            f"the {self.dependency} {REASON_TEXT.get(self.reason, self.reason)}; try again shortly"
-        )
+        name = "Redis" if self.dependency == "redis" else f"the {self.dependency}"
+        return f"{name} {REASON_TEXT.get(self.reason, self.reason)}; try again shortly"
 
     @property
     def detail(self) -> dict[str, str]:
@@ -111,14 +110,16 @@ def database_reason(exc: sqlalchemy.exc.DBAPIError) -> str | None:
     return None
 
 
-def unavailable_response(outage: Outage) -> JSONResponse:
-    return error_response(
-        503,
-        "unavailable",
-        outage.message,
-        outage.detail,
-        headers={"Retry-After": str(RETRY_AFTER_S)},
+def unavailable_error(outage: Outage) -> ServiceUnavailable:
+    """The 503 for `outage`, for a route that catches the error itself."""
+    return ServiceUnavailable(
+        outage.message, detail=outage.detail, headers={"Retry-After": str(RETRY_AFTER_S)}
     )
+
+
+def unavailable_response(outage: Outage) -> JSONResponse:
+    error = unavailable_error(outage)
+    return error_response(error.status, error.code, error.message, error.detail, error.headers)
 
 
 async def _on_dependency_error(request: Request, exc: Exception) -> JSONResponse:

@@ -92,7 +92,7 @@ def assert_unavailable(response: Any, dependency: str, reason: str | None = None
     assert error["detail"]["dependency"] == dependency, error
     if reason is not None:
         assert error["detail"]["reason"] == reason, error
-    assert dependency in error["message"]
+    assert dependency in error["message"].lower()
     assert response.headers["Retry-After"].isdigit()
 
 
@@ -260,9 +260,10 @@ def test_no_route_answers_500_while_redis_is_away(tmp_path: Path, sqlite_url: st
         answers = sweep(api, job_id)
     failed = {op: r.status_code for op, r in answers.items() if r.status_code >= 500}
     assert set(failed) == {"GET /v1/ready", "POST /v1/jobs", "GET /v1/workers"}, failed
-    assert_error_body(answers["POST /v1/jobs"], 503, "queue_unavailable")
-    for operation in ("GET /v1/ready", "GET /v1/workers"):
-        assert_error_body(answers[operation], 503, "unavailable")
+    assert_error_body(answers["POST /v1/jobs"], 503, "queue_unavailable")  # the job is kept
+    assert_unavailable(answers["GET /v1/workers"], "redis", "unreachable")
+    ready = assert_error_body(answers["GET /v1/ready"], 503, "unavailable")
+    assert ready["detail"] == {"database": "ok", "redis": "error: unreachable"}
 
 
 # The reasons, from the drivers' own errors.
