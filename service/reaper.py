@@ -19,10 +19,11 @@ off) and as `launchbay reaper`. Each pass:
 A worker cannot heartbeat while the database is away, so its jobs look lost the moment the
 database is back. A reaper therefore declares no job or node lost until the database has
 taken its writes for `reaper_lost_after_s` in a row: each pass first writes
-(`service.readiness.write_to_database`), and a pass that cannot write, or fails on the
-database, starts that count again — as does starting, since a reaper cannot know what
-happened before it ran. The workers of live jobs heartbeat again within that time, and a
-worker that could not record how its attempt ended records it (`worker.attempt_end`).
+(`service.readiness.write_to_database`), and a pass that cannot write, or that meets the
+database away later on (`service.outages`), starts that count again, as does starting (a
+reaper cannot know what happened before it ran). The workers of live jobs heartbeat again
+within that time, and a worker that could not record how its attempt ended records it
+(`worker.attempt_end`).
 
 Several reapers may run at once: every change is a conditional update (`UPDATE ... WHERE
 attempt = :seen AND <last sign of life> < :cutoff`) that one of them wins, and only the winner
@@ -51,6 +52,7 @@ from service.executor import (
     submit_retry,
 )
 from service.models import Job, utcnow
+from service.outages import outage_of
 from service.readiness import write_to_database
 from service.retention import prune_outputs
 from service.settings import Settings
@@ -291,7 +293,8 @@ def reap_until(
             settled = time.monotonic() - database_failed_at >= settings.reaper_lost_after_s
             reap_once(engine, executor, settings, reap_lost=settled)
         except SQLAlchemyError as exc:
-            database_failed_at = time.monotonic()
+            if outage_of(exc) is not None:
+                database_failed_at = time.monotonic()
             log.warning("reaper pass failed: %s: %s", type(exc).__name__, exc)
         except ExecutorUnavailable as exc:
             log.warning("reaper pass failed: %s: %s", type(exc).__name__, exc)
