@@ -3,6 +3,7 @@
 Redis is always a private server on a free port (tests restart it on purpose). PostgreSQL
 is the machine's server on 127.0.0.1:5432 when it answers, else a throwaway cluster made
 with initdb; either way each session works in a database of its own, dropped at the end.
+Tests that stop the database use a throwaway cluster of their own (`private_postgres`).
 """
 
 import glob
@@ -114,38 +115,67 @@ def _pg_answers(dsn: str) -> bool:
         return False
 
 
-@contextmanager
-def _throwaway_cluster() -> Iterator[str]:
-    """A PostgreSQL cluster owned by the postgres user, on a free port, removed afterwards."""
-    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
-    if not bins:
-        raise RuntimeError("PostgreSQL is not running and no PostgreSQL binaries are installed")
-    bindir = bins[-1]
-    folder = Path(tempfile.mkdtemp(prefix="launchbay-pg-"))
-    shutil.chown(folder, "postgres", "postgres")
-    data = folder / "data"
-    port = free_port()
+@dataclass
+class PostgresCluster:
+    """A PostgreSQL cluster owned by the postgres user, on a free port, in a folder of its own;
+    tests that take the database away stop and start it (never the machine's own server)."""
 
-    def as_postgres(*argv: str) -> None:
+    folder: Path
+    port: int
+    bindir: str
+
+    @property
+    def data(self) -> Path:
+        return self.folder / "data"
+
+    def url(self) -> str:
+        """A libpq URL without a database."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}"
+
+    def _as_postgres(self, *argv: str) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         subprocess.run([*prefix, *argv], check=True, capture_output=True)
 
-    as_postgres(f"{bindir}/initdb", "-D", str(data), "-U", "postgres", "--auth=trust")
-    as_postgres(
-        f"{bindir}/pg_ctl",
-        "-D",
-        str(data),
-        "-w",
-        "-l",
-        str(folder / "pg.log"),
-        "-o",
-        f"-p {port} -k {folder} -c listen_addresses=127.0.0.1",
-        "start",
-    )
+    def init(self) -> None:
+        self._as_postgres(
+            f"{self.bindir}/initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust"
+        )
+
+    def start(self) -> None:
+        self._as_postgres(
+            f"{self.bindir}/pg_ctl",
+            "-D",
+            str(self.data),
+            "-w",
+            "-l",
+            str(self.folder / "pg.log"),
+            "-o",
+            f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1",
+            "start",
+        )
+
+    def stop(self, mode: str = "immediate") -> None:
+        self._as_postgres(f"{self.bindir}/pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+
+@contextmanager
+def private_postgres() -> Iterator[PostgresCluster]:
+    """A running throwaway cluster (`PostgresCluster`), removed afterwards."""
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+    if not bins:
+        raise RuntimeError("no PostgreSQL binaries are installed")
+    folder = Path(tempfile.mkdtemp(prefix="launchbay-pg-"))
+    shutil.chown(folder, "postgres", "postgres")
+    cluster = PostgresCluster(folder=folder, port=free_port(), bindir=bins[-1])
     try:
-        yield f"postgresql://postgres@127.0.0.1:{port}"
+        cluster.init()
+        cluster.start()
+        yield cluster
     finally:
-        as_postgres(f"{bindir}/pg_ctl", "-D", str(data), "-m", "immediate", "stop")
+        try:
+            cluster.stop()
+        except subprocess.CalledProcessError:
+            pass  # not running (a test left it stopped)
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -156,8 +186,8 @@ def postgres_server() -> Iterator[str]:
     if _pg_answers(f"{system}/postgres"):
         yield system
         return
-    with _throwaway_cluster() as url:
-        yield url
+    with private_postgres() as cluster:
+        yield cluster.url()
 
 
 @contextmanager

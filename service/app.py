@@ -16,6 +16,8 @@ from service.errors import install_error_handlers
 from service.executors import make_executor
 from service.hardening import harden_service, make_non_dumpable
 from service.limits import BodySizeLimit
+from service.outages import install_outage_handlers
+from service.readiness import CachedDatabaseCheck
 from service.reaper import ReaperThread
 from service.routes import (
     artifacts,
@@ -83,8 +85,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         make_non_dumpable()  # in every API process, however many uvicorn starts
         app.state.settings = settings
-        app.state.engine = make_engine(settings.resolved_database_url)
+        app.state.engine = make_engine(
+            settings.resolved_database_url, wait_s=settings.database_wait_s
+        )
         app.state.redis = make_redis(settings.redis_url)
+        app.state.database_check = CachedDatabaseCheck()
         reaper = ReaperThread(
             app.state.engine,
             make_executor(settings, app.state.redis, app.state.engine),
@@ -118,6 +123,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="Launchbay", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
+    install_outage_handlers(app)
     app.add_middleware(BodySizeLimit, limit_for_path=settings.body_limit_for)
     # Outermost: it sees every refusal, the body-size ones included.
     app.add_middleware(AuditLog, writer=AuditWriter(settings.audit_retention_days))

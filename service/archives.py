@@ -2,10 +2,10 @@
 
 Every member name must be a relative path without `..`, backslashes or NULs; links (symbolic
 and hard), devices and FIFOs are refused outright, so no path can be redirected anywhere;
-the member count and the bytes actually written are capped, whatever the archive's headers
-claim. Files are created with O_EXCL | O_NOFOLLOW. A refusal raises `Unprocessable`
-(`invalid_upload`) or `PayloadTooLarge` (`archive_too_large`); the caller removes the
-half-filled directory.
+the member count, the depth of a name and the bytes actually written are capped, whatever
+the archive's headers claim. Files are created with O_EXCL | O_NOFOLLOW. A refusal raises
+`Unprocessable` (`invalid_upload`) or `PayloadTooLarge` (`archive_too_large`); the caller
+removes the half-filled directory.
 
 What the archive modules would read whole before any of that counts is bounded first:
 
@@ -47,6 +47,10 @@ MAX_EXTENDED_HEADERS_IN_A_ROW = 8
 ZIP_DIRECTORY_BYTES_PER_MEMBER = 1024
 ZIP_DIRECTORY_SLACK_BYTES = 64 * 1024
 SHOWN_NAME_CHARS = 200
+# Levels (path components) a member's name may have. Real code nests a few dozen at most;
+# much deeper trees break the tools that walk them one call per level on Python's recursion
+# limit (`Path.mkdir(parents=True)` here, `shutil.copytree` and `rmtree` on the worker).
+MAX_MEMBER_DEPTH = 100
 EXTENDED_HEADER_TYPES = (
     tarfile.GNUTYPE_LONGNAME,
     tarfile.GNUTYPE_LONGLINK,
@@ -98,6 +102,8 @@ class Unpacker:
         parts = [p for p in name.split("/") if p not in ("", ".")]
         if ".." in parts:
             raise member_refused(name, "points outside the archive ('..')")
+        if len(parts) > MAX_MEMBER_DEPTH:
+            raise member_refused(name, f"is nested more than {MAX_MEMBER_DEPTH} levels deep")
         return Path(*parts) if parts else Path()
 
     def count(self, more: int = 1) -> None:

@@ -6,6 +6,11 @@ A record holds who (the authenticated caller, None when the request was not), wh
 in the path) and the outcome (the status; `ok`, `refused` for a 4xx, `error` for a 5xx). It is
 written before the answer leaves, so a client that got its answer finds the record. Records
 older than `LAUNCHBAY_AUDIT_RETENTION_DAYS` are purged by the writer, at most once an hour.
+
+A record the database does not take is logged instead, and the answer stands: the audit log
+never turns a request into an error. When the request itself was answered 503 because the
+database is away (`service.outages`), the record goes to the log at once, rather than make
+the client wait for the database a second time.
 """
 
 import logging
@@ -21,6 +26,7 @@ from sqlmodel import col
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.models import AuditRecord, utcnow
+from service.outages import OUTAGE_STATE_KEY, Outage
 
 log = logging.getLogger("launchbay.audit")
 
@@ -129,6 +135,10 @@ class AuditLog:
         record = audit_record(scope, status)
         engine: Engine | None = getattr(scope["app"].state, "engine", None)
         if engine is None:
+            return
+        outage: Outage | None = scope.get("state", {}).get(OUTAGE_STATE_KEY)
+        if outage is not None and outage.dependency == "database":
+            log.warning("audit record not written (the database %s): %s", outage.reason, record)
             return
         try:
             await run_in_threadpool(self.writer.write, engine, record)

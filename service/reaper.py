@@ -16,6 +16,15 @@ off) and as `launchbay reaper`. Each pass:
 - the metrics and logs of jobs finished longer ago than their retention are deleted
   (`service.retention`).
 
+A worker cannot heartbeat while the database is away, so its jobs look lost the moment the
+database is back. A reaper therefore declares no job or node lost until the database has
+taken its writes for `reaper_lost_after_s` in a row: each pass first writes
+(`service.readiness.write_to_database`), and a pass that cannot write, or that meets the
+database away later on (`service.outages`), starts that count again, as does starting (a
+reaper cannot know what happened before it ran). The workers of live jobs heartbeat again
+within that time, and a worker that could not record how its attempt ended records it
+(`worker.attempt_end`).
+
 Several reapers may run at once: every change is a conditional update (`UPDATE ... WHERE
 attempt = :seen AND <last sign of life> < :cutoff`) that one of them wins, and only the winner
 enqueues. An attempt enqueued twice is harmless: a worker takes it only by moving it from
@@ -24,6 +33,7 @@ enqueues. An attempt enqueued twice is harmless: a worker takes it only by movin
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -42,6 +52,8 @@ from service.executor import (
     submit_retry,
 )
 from service.models import Job, utcnow
+from service.outages import outage_of
+from service.readiness import write_to_database
 from service.retention import prune_outputs
 from service.settings import Settings
 from service.store import (
@@ -84,17 +96,24 @@ class ReapReport:
 
 
 def reap_once(
-    engine: Engine, executor: Executor, settings: Settings, *, now: datetime | None = None
+    engine: Engine,
+    executor: Executor,
+    settings: Settings,
+    *,
+    now: datetime | None = None,
+    reap_lost: bool = True,
 ) -> ReapReport:
-    """One pass (see the module docstring)."""
+    """One pass (see the module docstring); without `reap_lost`, no job or node is declared
+    lost (the database was away lately)."""
     now = now or utcnow()
     report = ReapReport()
     try:
         reap_ended_tasks(engine, executor, settings, report)
     except ExecutorUnavailable as exc:
         log.warning("reaper: cannot ask Slurm: %s", exc)
-    reap_lost_jobs(engine, executor, settings, now, report)
-    reap_lost_nodes(engine, executor, settings, now, report)
+    if reap_lost:
+        reap_lost_jobs(engine, executor, settings, now, report)
+        reap_lost_nodes(engine, executor, settings, now, report)
     try:
         resubmit_lost_tasks(engine, executor, settings, now, report)
     except ExecutorUnavailable as exc:
@@ -256,7 +275,9 @@ def reap_until(
     interval_s: float | None = None,
 ) -> None:
     """A pass every `interval_s` (default `reaper_interval_s`) until `stop` is set; a pass
-    that fails (database or Redis away) is logged and the next one tried."""
+    that fails (database or Redis away) is logged and the next one tried. Lost jobs are
+    reaped only once the database has taken this reaper's writes for `reaper_lost_after_s`
+    (see the module docstring)."""
     interval = interval_s or settings.reaper_interval_s
     if settings.reaper_lost_after_s < 3 * settings.heartbeat_interval_s:
         log.warning(
@@ -265,10 +286,17 @@ def reap_until(
             settings.reaper_lost_after_s,
             settings.heartbeat_interval_s,
         )
+    database_failed_at = time.monotonic()
     while not stop.is_set():
         try:
-            reap_once(engine, executor, settings)
-        except (SQLAlchemyError, ExecutorUnavailable) as exc:
+            write_to_database(engine)
+            settled = time.monotonic() - database_failed_at >= settings.reaper_lost_after_s
+            reap_once(engine, executor, settings, reap_lost=settled)
+        except SQLAlchemyError as exc:
+            if outage_of(exc) is not None:
+                database_failed_at = time.monotonic()
+            log.warning("reaper pass failed: %s: %s", type(exc).__name__, exc)
+        except ExecutorUnavailable as exc:
             log.warning("reaper pass failed: %s: %s", type(exc).__name__, exc)
         except Exception:
             log.exception("reaper pass failed")

@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     database_url: str | None = None
     redis_url: str = "redis://localhost:6379/0"
     admin_token: str | None = Field(default=None, repr=False)
+    # How long an API request waits for the database (SQLite's write lock, a new PostgreSQL
+    # connection) before it answers 503 (docs/reliability.md, "Outages").
+    database_wait_s: float = Field(default=5.0, gt=0, le=60)
 
     # Limits on what a request may carry.
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from devstack.services import PostgresCluster, private_postgres
 from tests.support.isolation import (
     interpreter_reachable_by_job_users,
     reachable_by_job_users,
     remove_reachable_dirs,
 )
+from tests.support.outages import DatabaseOutage
 from tests.support.procs import SESSION_MARKER, marked_processes
 from tests.support.services import (
     RedisServer,
@@ -80,6 +82,33 @@ def postgres_server_url() -> Iterator[str]:
 def postgres_url(postgres_server_url: str) -> Iterator[str]:
     with postgres_database(postgres_server_url) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """A private PostgreSQL cluster that the outage tests stop and start."""
+    with private_postgres() as cluster:
+        yield cluster
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_outage(request: pytest.FixtureRequest) -> Iterator[DatabaseOutage]:
+    """A database of the test's own that it may take away (`DatabaseOutage`): SQLite, and
+    PostgreSQL on the private cluster."""
+    if request.param == "sqlite":
+        outage = DatabaseOutage(request.getfixturevalue("sqlite_url"))
+        try:
+            yield outage
+        finally:
+            outage.end()
+        return
+    cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
+    with postgres_database(cluster.url()) as url:
+        outage = DatabaseOutage(url, cluster)
+        try:
+            yield outage
+        finally:
+            outage.end()  # running again for the next test and the DROP, whatever this one did
 
 
 @pytest.fixture

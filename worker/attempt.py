@@ -181,10 +181,11 @@ def run_taken(
         if leave_shutdown and shutdown_requested():
             log.warning("%s: stopped on request of its executor; the reaper records why", ref)
             return result
-        result.recorded, result.retried = record_outcome(
-            services.engine, ref, result.outcome, executor=services.executor
-        )
-        if ref.node is None and not result.recorded:
+        end = record_outcome(services.engine, ref, result.outcome, executor=services.executor)
+        result.recorded, result.retried = end.recorded, end.retried
+        if not end.stored:
+            log.error("%s: the database never took its outcome %s", ref, result.outcome)
+        elif ref.node is None and not result.recorded:
             log.warning(
                 "%s was moved by someone else; outcome %s not recorded", ref, result.outcome
             )

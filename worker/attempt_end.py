@@ -1,7 +1,12 @@
-"""Recording how an attempt (or one node of it) ended: the outcome written through a brief
-database outage, a retry submitted to the executor, a node's failure announced to its peers."""
+"""Recording how an attempt (or one node of it) ended: the outcome written through an outage
+of the database, a retry submitted to the executor, a node's failure announced to its peers.
+
+The outcome is what the worker alone knows (a rank's error, a timeout), so it is tried again
+until the database takes it, for up to `OUTCOME_RETRY_S`; the reaper, meanwhile, declares no
+job lost until the database has been back for a while (`service.reaper`)."""
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 
@@ -10,8 +15,22 @@ from service.db import session_scope
 from service.executor import Executor, submit_retry
 from service.store import AttemptEnd, announce_node_failure, commit_end, end_attempt, finish_node
 from worker.context import AttemptServices
-from worker.db_retry import retry_db
+from worker.db_retry import retry_db, retry_db_for
 from worker.outcome import Outcome
+
+# How long a worker tries to record an outcome while the database does not take it.
+OUTCOME_RETRY_S = 3600.0
+
+
+@dataclass(frozen=True)
+class RecordedEnd:
+    """What became of an outcome: `recorded` (it changed the job), `retried` (the job was
+    queued again as the next attempt), `stored` (the database answered: False when it never
+    took the write, so nothing was recorded)."""
+
+    recorded: bool
+    retried: bool
+    stored: bool = True
 
 
 def record_outcome(
@@ -20,9 +39,10 @@ def record_outcome(
     outcome: Outcome | None,
     *,
     executor: Executor | None = None,
-) -> tuple[bool, bool]:
-    """Record how the attempt (its node, for a multi-node job) ended, retried while the
-    database is away: (recorded, retried); recorded is False when the job was no longer ours.
+) -> RecordedEnd:
+    """Record how the attempt (its node, for a multi-node job) ended, tried again while the
+    database is away, for up to `OUTCOME_RETRY_S`. Not `recorded` when the job was no longer this
+    attempt's, or when the database never took it (not `stored`).
 
     The end itself is `service.store.end_attempt` (`finish_node` for a node, which changes the
     job only when this decides the attempt; `outcome` None: the node was stopped because the
@@ -59,12 +79,12 @@ def record_outcome(
             )
             return commit_end(session, end)
 
-    end = retry_db(write, f"recording how {ref} ended")
+    stored, end = retry_db_for(write, f"recording how {ref} ended", OUTCOME_RETRY_S)
     if end is None:
-        return False, False
+        return RecordedEnd(recorded=False, retried=False, stored=stored)
     if executor is not None:
         submit_retry(executor, end)
-    return end.recorded, end.retried is not None
+    return RecordedEnd(end.recorded, end.retried is not None)
 
 
 def with_notes(outcome: Outcome, notes: str | None) -> Outcome:

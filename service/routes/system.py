@@ -2,13 +2,11 @@
 
 from typing import Any
 
-from fastapi import APIRouter
-from redis.exceptions import RedisError
-from sqlalchemy import text
-from sqlalchemy.exc import SQLAlchemyError
+from fastapi import APIRouter, Request
 
-from service.deps import RedisDep, SessionDep
+from service.deps import RedisDep
 from service.errors import ServiceUnavailable
+from service.readiness import check_redis
 
 router = APIRouter(prefix="/v1", tags=["system"])
 
@@ -19,19 +17,16 @@ def health() -> dict[str, str]:
 
 
 @router.get("/ready")
-def ready(session: SessionDep, redis: RedisDep) -> dict[str, Any]:
-    checks: dict[str, str] = {}
-    try:
-        session.execute(text("SELECT 1"))
-        checks["database"] = "ok"
-    except SQLAlchemyError as exc:
-        checks["database"] = f"error: {type(exc).__name__}"
-    try:
-        redis.ping()
-        checks["redis"] = "ok"
-    except RedisError as exc:
-        checks["redis"] = f"error: {type(exc).__name__}"
-    failing = sorted(name for name, result in checks.items() if result != "ok")
+def ready(request: Request, redis: RedisDep) -> dict[str, Any]:
+    """200 when the database takes a write and Redis answers; else 503 naming which, and why
+    (`service.readiness`)."""
+    state = request.app.state
+    checks = {"database": state.database_check(state.engine), "redis": check_redis(redis)}
+    failing = [
+        f"{name} ({result.removeprefix('error: ')})"
+        for name, result in checks.items()
+        if result != "ok"
+    ]
     if failing:
-        raise ServiceUnavailable(f"not ready: {', '.join(failing)} unreachable", detail=checks)
+        raise ServiceUnavailable(f"not ready: {', '.join(failing)}", detail=checks)
     return {"status": "ready", "checks": checks}

@@ -5,8 +5,8 @@ from redis.exceptions import RedisError
 from sqlmodel import col, select
 
 from service.deps import CurrentPrincipal, RedisDep, SessionDep
-from service.errors import ServiceUnavailable
 from service.models import Job
+from service.outages import Outage, outage_of, unavailable_error
 from service.queue import load_worker_records
 from service.scheduling.capacity import active_reservations, reservations_by_worker
 from service.schemas import WorkerPublic, WorkerReservation, WorkersPublic
@@ -23,10 +23,7 @@ def list_workers(
     try:
         records = load_worker_records(redis)
     except RedisError as exc:
-        raise ServiceUnavailable(
-            "Redis is unreachable: the workers cannot be listed",
-            detail={"redis": f"error: {type(exc).__name__}"},
-        ) from exc
+        raise unavailable_error(outage_of(exc) or Outage("redis", "unreachable")) from exc
     workers: list[WorkerPublic] = list(records)
     held = reservations_by_worker(active_reservations(session.connection()))
     for w in workers:

@@ -18,6 +18,7 @@ from sqlmodel import Session, func, select
 
 from jobs.spec import CodeRef
 from service import code_store
+from service.archives import MAX_MEMBER_DEPTH
 from service.db import make_engine
 from service.errors import Unprocessable
 from service.models import CodeUpload
@@ -240,6 +241,7 @@ def test_an_entrypoint_in_a_subdirectory_is_accepted(api: TestClient) -> None:
 # Refused uploads.
 
 ZEROS = b"\0" * (2 * MAX_UNPACKED)
+NESTED = "d/" * 1500
 NOISE = b"".join(hashlib.sha256(bytes([i])).digest() for i in range(200))  # incompressible
 
 
@@ -297,6 +299,15 @@ def refused_uploads(marker: str) -> list[tuple[str, bytes, int, str]]:
             "invalid_upload",
         ),
         ("clash.zip", make_zip({"a": b"1", "a/b.py": b"2"}), 422, "invalid_upload"),
+        # Nested past MAX_MEMBER_DEPTH (1,500 levels once broke Python's recursion limit).
+        ("nested.zip", make_zip({NESTED + "x.py": b"1"}), 422, "invalid_upload"),
+        ("nested.tgz", make_tgz(tar_member(NESTED + "x.py", b"1")), 422, "invalid_upload"),
+        (
+            "nested-dirs.tgz",
+            make_tgz(tar_member(NESTED, kind=tarfile.DIRTYPE)),
+            422,
+            "invalid_upload",
+        ),
         ("empty.zip", make_zip({}), 422, "invalid_upload"),
         ("text.zip", b"this is not a zip archive\n" * 10, 422, "invalid_upload"),
         ("text.tar.gz", b"this is not a tar archive\n" * 10, 422, "invalid_upload"),
@@ -354,6 +365,15 @@ def test_errors_name_a_member_by_a_bounded_prefix(api: TestClient, watch_dirs: D
         assert len(answer.content) < 1024
         assert len(error["detail"]["member"]) <= 203
     watch_dirs()
+
+
+def test_an_archive_nested_as_deep_as_allowed_is_accepted(api: TestClient) -> None:
+    name = "d/" * (MAX_MEMBER_DEPTH - 1) + "train.py"
+    for filename, archive in (
+        ("deep.zip", make_zip({name: TRAIN})),
+        ("deep.tgz", make_tgz(tar_member(name, TRAIN))),
+    ):
+        assert upload(api, filename, archive).status_code == 201
 
 
 def test_a_small_long_name_or_pax_header_is_still_accepted(api: TestClient) -> None:
