@@ -242,6 +242,16 @@ class Ingestor:
             self._events_size = size
             self.last_event_at = time.monotonic()
 
+    def flush(self) -> bool:
+        """Read and store what is new now, whatever the pace: before an elastic restart is
+        recorded, so what the ranks wrote before it comes before its event."""
+        if self.superseded:
+            return True
+        if (self._logs or self._points) and not self._store():
+            return False
+        self._read(final=False)
+        return self._store()
+
     def poll(self, *, final: bool = False) -> bool:
         """Read what is new and store it; False when the database refused (kept for next time)."""
         if self.superseded:

@@ -201,6 +201,7 @@ class AttemptMonitor:
             if not self.running or time.monotonic() >= next_scan:
                 tree.poll()
                 next_scan = time.monotonic() + PROCESS_SCAN_S
+            self._note_restarts()
             self.ingestor.poll()
             self.registrar.poll()
             self._note_progress(tree)
@@ -226,11 +227,14 @@ class AttemptMonitor:
         ):
             self.running = True
             retry_db(lambda: self._transition(JobState.RUNNING), "starting→running", tries=2)
-        self._note_restarts()
 
     def _note_restarts(self) -> None:
         if self.spec.max_restarts > 0:
             count = elastic_restart_count(self.paths.torchelastic_dir)
+            if self.restarts < count:
+                # The new ranks take a while to write (torch's import); what the ranks before
+                # the restart wrote goes in first, so the event divides the attempt's points.
+                self.ingestor.flush()
             while self.restarts < count:
                 self.restarts += 1
                 self._record_restart(self.restarts)

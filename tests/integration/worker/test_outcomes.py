@@ -126,6 +126,18 @@ def test_elastic_restart_is_recorded_and_local_rank_passed(wenv: WorkerEnv) -> N
     assert "[launchbay] rank 1 started again (elastic restart 1)" in rank1
 
 
+def test_a_restart_s_event_comes_between_the_runs_points(wenv: WorkerEnv) -> None:
+    """Step 1 reported by each run of the ranks: the restart event's seq lies between the two
+    points, so the points of one attempt's runs are told apart (the ingestor stores what the
+    first run wrote before the restart is recorded, whatever its pace)."""
+    job_id = wenv.submit("restart_points.py", max_restarts=1)
+    wenv.run(job_id)
+    assert wenv.job(job_id).state == "succeeded"
+    [restart] = [e.seq for e in wenv.events(job_id) if e.kind == "restart"]
+    runs = {int(p.value): p.seq for p in wenv.metrics(job_id) if p.name == "run"}
+    assert runs[0] < restart < runs[1], (runs, restart)
+
+
 def test_python_launcher_runs_one_process(wenv: WorkerEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(devices, "_assigned", WorkerDevices(cpu_slots=4))  # `--slots 4`
     job_id = wenv.submit("single.py", launcher="python", nproc_per_node=3, args=["a"])
