@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from jobs.contract.checkpoints import CheckpointPolicy
 from jobs.environment import EnvironmentSpec
+from jobs.outputs import Outputs
 
-__all__ = ["LAUNCHER_ENV", "CheckpointPolicy", "CodeRef", "JobSpec"]
+__all__ = ["LAUNCHER_ENV", "CheckpointPolicy", "CodeRef", "JobSpec", "Outputs"]
 
 # What a launcher (torchrun) sets for each rank it starts.
 LAUNCHER_ENV = frozenset(
@@ -93,6 +94,9 @@ class JobSpec(StrictModel):
     # `rendezvous_timeout` (null: the worker's LAUNCHBAY_RENDEZVOUS_TIMEOUT_S).
     rendezvous_timeout_s: Annotated[float, Field(gt=0, le=24 * 3600)] | None = None
     checkpoint: CheckpointPolicy = CheckpointPolicy()
+    # What a plain program writes in its working directory that is a checkpoint, or an artifact
+    # to keep (jobs/outputs.py); null: no checkpoint declared, every file written kept.
+    outputs: Outputs | None = None
     # The job's own Python packages (worker/environment.py); null: the code's requirements.txt.
     environment: EnvironmentSpec | None = None
     # Memory of all the job's processes on one node together (its cgroup's limit); past it the

@@ -1,11 +1,12 @@
 """The per-owner disk quota (`LAUNCHBAY_OWNER_DISK_QUOTA_BYTES`).
 
-A simple, honest design: the worker measures each job's files (its run directories, logs and
-checkpoints) when an attempt ends (`worker.disk`) and stores the bytes on the job; a user whose
-jobs hold the quota or more gets `403 disk_quota_exceeded` for the next submission, and nothing
-is stored. Deleting jobs (`DELETE /v1/jobs/{id}`) frees their share. While a job runs, its
-worker measures its files every `worker.disk.DISK_CHECK_S` and stops it (exit reason
-`user_error`, the message says why) once they and the owner's other jobs are over the quota.
+A simple, honest design: the worker measures each job's files (its run directories, with its
+working directories and logs, its checkpoints and its artifacts) when an attempt ends
+(`worker.disk`) and stores the bytes on the job; a user whose jobs hold the quota or more gets
+`403 disk_quota_exceeded` for the next submission, and nothing is stored. Deleting jobs
+(`DELETE /v1/jobs/{id}`) frees their share. While a job runs, its worker measures its files
+every `worker.disk.DISK_CHECK_S` and stops it (exit reason `user_error`, the message says why)
+once they and the owner's other jobs are over the quota.
 Admins are exempt, as from the rest of the policy.
 """
 

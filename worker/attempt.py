@@ -15,6 +15,7 @@ whole: at the first failure, or once every node has succeeded (docs/multi-node.m
 
 import logging
 import os
+import shutil
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,6 +39,7 @@ from worker.launch import LaunchPlan, Rendezvous, RunPaths
 from worker.monitor import AttemptMonitor
 from worker.orphans import leave_note, remove_note
 from worker.outcome import Outcome
+from worker.outputs import kept_as_artifacts
 from worker.passed_env import held_back
 from worker.prepare import (
     CudaInfo,
@@ -48,6 +50,7 @@ from worker.prepare import (
     prepare_attempt,
 )
 from worker.supervise import ProcessRecord, shutdown_requested
+from worker.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 
@@ -214,9 +217,12 @@ def _run(
     ref, paths, settings = result.ref, result.paths, services.settings
     job_user: JobUser | None = None
     owner: str | None = None
+    work: WorkDir | None = None
     try:
         owner = taken.owner if can_switch_users() else None
         spec, plan, job_user = _prepare(services, result, taken, cuda, owner)
+        work = WorkDir(paths.work_dir, paths.output_dir, kept_as_artifacts(spec))
+        work.record()
         leave_note(paths.data_dir, ref.job_id, ref.attempt, paths.pids_file, ref.node)
         monitor = AttemptMonitor(
             services.engine,
@@ -250,7 +256,21 @@ def _run(
         if job_user is not None:
             job_user.release()
             if owner is not None:
-                build_cache.save(paths.data_dir, owner, paths.run_dir / "home")
+                build_cache.save(paths.data_dir, owner, paths.home_dir)
+        _leave_attempt(paths, work, job_user)
+
+
+def _leave_attempt(paths: RunPaths, work: WorkDir | None, job_user: JobUser | None) -> None:
+    """When nothing of the attempt runs any more: what the program wrote in its working
+    directory kept as artifacts, and its private directories gone from the host (a multi-node
+    attempt's checkpoint directory, which its nodes share, goes with the job)."""
+    owner = (os.getuid(), os.stat(paths.data_dir).st_gid) if job_user is not None else None
+    if work is not None:
+        work.finish(None if job_user is None else job_user.uid, owner)
+    shutil.rmtree(paths.work_dir, ignore_errors=True)
+    shutil.rmtree(paths.home_dir, ignore_errors=True)
+    if paths.checkpoint_dir.parent == paths.run_dir:
+        shutil.rmtree(paths.checkpoint_dir, ignore_errors=True)
 
 
 def _prepare(

@@ -5,7 +5,13 @@ stream, service/artifacts/tree.py) to one background thread, which streams it to
 while computing its sha256 and returns what the registry records (`Stored`). The monitor loop
 only looks at the finished futures, so a slow upload never holds the loop, nor the ranks.
 
-- With the local store the checkpoint is in place already: the thread only hashes it.
+- With a `KeepPlace` (the worker's registrar always gives one) the thread first takes
+  Launchbay's own copy of the checkpoint (`worker.checkpoint_keep`: a reflink where the
+  filesystem has them, else a copy made while hashing), checks that the source did not change
+  meanwhile, and only then publishes the copy: renamed into place with the local store, sent
+  from the copy to a remote one (so a program overwriting its file during an upload can never
+  tear what is stored), then removed. Without one (a checkpoint already in its kept place) the
+  local store only hashes it and a remote one is sent the file itself.
 - A failed upload (the store unreachable, or gone mid-upload) is retried with backoff until
   `retry_for_s` has passed; an object store makes an object visible only once complete, so
   nothing half-written is ever listed, served or registered.
@@ -18,8 +24,9 @@ only looks at the finished futures, so a slow upload never holds the loop, nor t
   busy, reading and hashing a checkpoint at full speed slows a rank on a neighbouring core
   through the memory traffic alone (docs/benchmarks.md, P9c). Once no rank is left (the
   registrar's final poll) the pace is lifted and the rest goes at full speed.
-- After the upload the source is looked at again: a file (or tree) that changed meanwhile was
-  still being written, and is refused (`CheckpointRejected`).
+- After the copy (or the upload, without a `KeepPlace`) the source is looked at again: a file
+  (or tree) that changed meanwhile was still being written, and is refused
+  (`CheckpointRejected`).
 """
 
 import hashlib
@@ -30,11 +37,20 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from service.artifacts import ArtifactStore, StoreError
+from service.artifacts import ArtifactStore, LocalStore, StoreError
 from service.artifacts.tree import CHUNK, TreeDigest, TreeFile, TreeRefused, open_regular, scan_tree
+from worker.checkpoint_keep import (
+    KeepPlace,
+    KeepRefused,
+    Snapshot,
+    publish_local,
+    snapshot_file,
+    snapshot_tree,
+)
 from worker.supervise import run_in_batches
 
 log = logging.getLogger(__name__)
@@ -184,32 +200,79 @@ class CheckpointUploader:
         path: Path,
         unchanged: Callable[[], None],
         inode: int | None = None,
+        keep: KeepPlace | None = None,
     ) -> "Future[Stored]":
         """Store the file or directory `path` under `key`; `unchanged()` (raising when the
-        source changed since it was reported) is called after each try. A file must still be
-        `inode` (the one reported), a directory's files the ones listed."""
-        return self._pool.submit(self._store, key, path, unchanged, inode)
+        source changed since it was reported) is called once the bytes are taken. A file must
+        still be `inode` (the one reported), a directory's files the ones listed. With `keep`,
+        what is stored is a copy made there first (see the module docstring)."""
+        if keep is None:
+            return self._pool.submit(self._store, key, path, unchanged, inode)
+        return self._pool.submit(self._keep, key, path, unchanged, inode, keep)
 
-    def _store(
-        self, key: str, path: Path, unchanged: Callable[[], None], inode: int | None
-    ) -> Stored:
+    def _retrying(self, key: str, put: Callable[[], Stored]) -> Stored:
         deadline = time.monotonic() + self.retry_for_s
         backoff = self.first_backoff_s
         while True:
             try:
-                if path.is_dir():
-                    stored = store_tree(self.store, key, path, tree_files(path), self.pace)
-                else:
-                    size = path.stat().st_size
-                    stored = store_file(self.store, key, path, size, inode, self.pace)
-                unchanged()
-                return stored
+                return put()
             except StoreError as exc:
                 if self._closing or time.monotonic() + backoff > deadline:
                     raise
                 log.warning("storing %s failed (%s); trying again in %.1f s", key, exc, backoff)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
+
+    def _store(
+        self, key: str, path: Path, unchanged: Callable[[], None], inode: int | None
+    ) -> Stored:
+        def put() -> Stored:
+            if path.is_dir():
+                stored = store_tree(self.store, key, path, tree_files(path), self.pace)
+            else:
+                size = path.stat().st_size
+                stored = store_file(self.store, key, path, size, inode, self.pace)
+            unchanged()
+            return stored
+
+        return self._retrying(key, put)
+
+    def _keep(
+        self,
+        key: str,
+        path: Path,
+        unchanged: Callable[[], None],
+        inode: int | None,
+        keep: KeepPlace,
+    ) -> Stored:
+        try:
+            if path.is_dir():
+                snapshot = snapshot_tree(path, tree_files(path), keep, self.pace.chunks)
+            else:
+                snapshot = snapshot_file(path, path.stat().st_size, inode, keep, self.pace.chunks)
+        except KeepRefused as exc:
+            raise UploadRefused(str(exc)) from None
+        try:
+            unchanged()
+            stored = Stored(
+                snapshot.size, snapshot.sha256, snapshot.kind, snapshot.files, snapshot.manifest
+            )
+            if isinstance(self.store, LocalStore):
+                publish_local(snapshot, self.store.path_of(key))
+                return stored
+            put = partial(self._send_snapshot, key, snapshot, stored)
+            return self._retrying(key, put)
+        finally:
+            snapshot.discard()
+
+    def _send_snapshot(self, key: str, snapshot: Snapshot, stored: Stored) -> Stored:
+        if snapshot.kind == "dir":
+            sent = store_tree(self.store, key, snapshot.path, tree_files(snapshot.path), self.pace)
+        else:
+            sent = store_file(self.store, key, snapshot.path, snapshot.size, None, self.pace)
+        if sent.sha256 != stored.sha256:
+            raise UploadRefused(f"{key}: the copy changed while it was sent")
+        return stored
 
     def close(self, wait: bool = True) -> None:
         """Stop taking work; with `wait`, finish what was submitted (retries included), at

@@ -1,173 +1,79 @@
-"""Register the checkpoints rank 0 reports, only once their files are proven complete, and
-apply the spec's retention.
+"""Register the checkpoints a job reports or declares, only once their files are proven
+complete, keep Launchbay's own copy of each, and apply the spec's retention.
 
-A reported file (or directory) is registered when it
+A checkpoint is reported by rank 0's ``checkpoint`` line (`add`: a path in the attempt's
+checkpoint directory, ``LAUNCHBAY_CHECKPOINT_DIR``) or found by a declared output (`add_declared`:
+a path in the working directory, `worker.outputs`). It is registered when it
 
-- lies inside the job's checkpoint directory (relative path, no ``..``, no symlink out of it),
+- lies inside that directory (relative path, no ``..``, no symlink out of it),
 - is a regular, non-empty file that no process holds open for writing, or a directory of
-  regular files (no symlink, device...) (the contract says it is complete before its line is
-  written: it is taken as soon as its line is read, and a file still open for writing waits
-  until it is closed, then is refused if it changed since the report),
+  regular files (no symlink, device...) (a reported one is taken as soon as its line is read,
+  and a file still open for writing waits until it is closed, then is refused if it changed
+  since the report),
 - passes a format check where the format says where it ends (a torch.save zip needs its
   central directory, a safetensors file its declared length; each file of a directory),
-- is whole in the artifact store: the uploader (worker/checkpoint_upload.py) stores it in the
-  background, computing its sha256 as it streams (a directory's: of its canonical tar
-  stream, service/artifacts/tree.py), and the monitor loop registers it once that is done, and
-- is still the same after that.
+- under a job user, is that user's own (every file of a directory too),
+- has been copied whole into Launchbay's keeping (`worker.checkpoint_keep`, in the background
+  thread of `worker.checkpoint_upload`): ``checkpoints/<job>/<path>`` for a reported one,
+  ``checkpoints/<job>/work/<path>`` for a declared one, the row's `path` and the store's key,
+  in the local store (the data dir) or a remote one, with the sha256 of the copy, and
+- was still the same after that (so the copy is of one version of it).
+
+Registered means kept: the copy is the worker's, and nothing the program does to its own files
+afterwards (rotation, overwriting in place, truncation, deletion) changes what is downloaded.
 
 Retention keeps the last `keep_last` checkpoints of the job (every attempt) plus the best by
 `best_metric`; rows are retired first (kept, marked deleted, with a `checkpoint_deleted`
-event), then files deleted (in the store, and the worker's own copy), so no live row ever
-points at a deleted file.
+event), then the copies deleted (in the store, and the worker's own), so no live row ever
+points at a deleted file. A retired checkpoint that this attempt reported from its checkpoint
+directory is deleted there too while it is still the file that was registered; a program's
+files in its working directory are its own, never deleted.
 """
 
-import errno
-import fcntl
-import hashlib
-import json
 import logging
 import os
 import shutil
-import stat
-import zipfile
 from collections.abc import Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.contract.checkpoints import CheckpointPolicy
 from jobs.states import AttemptRef
-from service.artifacts import ArtifactStore, LocalStore, StoreError
-from service.artifacts.tree import TreeFile, TreeRefused, scan_tree
+from service.artifacts import ArtifactStore, LocalStore, StoreError, store_for
+from service.artifacts.tree import TreeRefused
 from service.db import session_scope
 from service.models import Checkpoint
+from service.settings import Settings
 from service.store import (
     AttemptSuperseded,
     delete_checkpoints,
     list_checkpoints,
     register_checkpoint,
 )
+from worker.checkpoint_checks import (
+    CheckpointRejected,
+    FileSignature,
+    Signature,
+    check_complete,
+    open_for_writing,
+    remove_unchanged,
+    resolve_checkpoint,
+    signature,
+)
+from worker.checkpoint_keep import KeepPlace
 from worker.checkpoint_upload import CheckpointUploader, Pace, Stored, UploadRefused
 from worker.events import CheckpointEvent
+from worker.launch import RunPaths
 
 log = logging.getLogger(__name__)
 
-ZIP_MAGIC = b"PK\x03\x04"
-
-
-class CheckpointRejected(Exception):
-    """A reported checkpoint that is not registered (the reason is the message)."""
-
-
-@dataclass(frozen=True)
-class FileSignature:
-    size: int
-    mtime_ns: int
-    inode: int
-    device: int
-
-
-def resolve_checkpoint(checkpoint_dir: Path, reported: str) -> Path:
-    """The real file a reported `path` names, refused unless it is inside `checkpoint_dir`."""
-    rel = PurePosixPath(reported.replace("\\", "/"))
-    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
-        raise CheckpointRejected(f"path {reported!r} must be relative and inside the directory")
-    base = checkpoint_dir.resolve()
-    try:
-        real = (base / rel).resolve(strict=True)
-    except (FileNotFoundError, NotADirectoryError):
-        raise CheckpointRejected(f"{reported!r} does not exist") from None
-    except (OSError, RuntimeError) as exc:
-        raise CheckpointRejected(f"{reported!r} cannot be resolved: {exc}") from None
-    if not real.is_relative_to(base) or real == base:
-        raise CheckpointRejected(f"{reported!r} leads out of the checkpoint directory")
-    if not real.is_file() and not real.is_dir():
-        raise CheckpointRejected(f"{reported!r} is not a regular file or a directory")
-    return real
-
-
-# A directory's signature: its files (path, size, mtime, inode), in canonical order.
-Signature = FileSignature | tuple[TreeFile, ...]
-
-
-def signature(path: Path) -> Signature:
-    if path.is_dir() and not path.is_symlink():
-        try:
-            return tuple(scan_tree(path))
-        except (TreeRefused, OSError) as exc:
-            raise CheckpointRejected(f"{path.name}: {exc}") from None
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise CheckpointRejected(f"{path.name} disappeared") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise CheckpointRejected(f"{path.name} is not a regular file")
-    if st.st_size == 0:
-        raise CheckpointRejected(f"{path.name} is empty")
-    return FileSignature(st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
-
-
-def check_complete(path: Path, size: int) -> None:
-    """Refuse a file whose own format shows it was cut short (each file of a directory)."""
-    if path.is_dir():
-        for file in scan_tree(path):
-            check_complete(path / file.path, file.size)
-        return
-    with open(path, "rb") as handle:
-        head = handle.read(8)
-    if head.startswith(ZIP_MAGIC):  # torch.save's default format
-        try:
-            with zipfile.ZipFile(path) as archive:
-                entries = archive.infolist()
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-            raise CheckpointRejected(f"{path.name} is not a complete zip: {exc}") from None
-        if not entries or any(e.header_offset + e.compress_size > size for e in entries):
-            raise CheckpointRejected(f"{path.name} is a truncated zip")
-    elif path.suffix == ".safetensors":
-        try:
-            header_len = int.from_bytes(head, "little")
-            if header_len > size - 8:  # read no more than the file holds
-                raise ValueError(f"a {header_len}-byte header in a {size}-byte file")
-            with open(path, "rb") as handle:
-                handle.seek(8)
-                header = json.loads(handle.read(header_len))
-            ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
-        except (ValueError, KeyError, TypeError, IndexError, OSError) as exc:
-            raise CheckpointRejected(
-                f"{path.name} has no valid safetensors header: {exc}"
-            ) from None
-        if 8 + header_len + max(ends, default=0) != size:
-            raise CheckpointRejected(f"{path.name} is not as long as its header says")
-
-
-def open_for_writing(path: Path) -> bool:
-    """Whether some process holds `path` open for writing: the kernel refuses a read lease on
-    such a file. False for a directory, and where leases are not available (another
-    filesystem, no right to one)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return False  # gone or unreadable: the checks that follow say so
-    try:
-        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
-        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
-        return False
-    except OSError as exc:
-        return exc.errno in (errno.EAGAIN, errno.EBUSY)
-    finally:
-        os.close(fd)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+# Where a declared output's kept copy goes: ``checkpoints/<job>/work/<path>``.
+WORK_KEY = "work"
 
 
 def select_retained(checkpoints: Sequence[Checkpoint], policy: CheckpointPolicy) -> set[str]:
@@ -185,6 +91,9 @@ class _Pending:
     event: CheckpointEvent
     path: Path
     signature: Signature
+    key: str = ""
+    # Reported from the attempt's checkpoint directory (deleted there when retention retires it).
+    reported: bool = True
     upload: "Future[Stored] | None" = None
 
 
@@ -202,22 +111,61 @@ class CheckpointRegistrar:
         store: ArtifactStore | None = None,
         upload_retry_s: float = 300.0,
         upload_bytes_per_s: int = 0,
+        work_dir: Path | None = None,
+        kept_dir: Path | None = None,
+        job_uid: int | None = None,
     ) -> None:
-        """`upload_bytes_per_s` bounds reading checkpoints until the final poll (0: none)."""
+        """`upload_bytes_per_s` bounds reading checkpoints until the final poll (0: none).
+        `work_dir` is where declared outputs are; `kept_dir` where the copies are kept
+        (default ``checkpoints/<job>``; a `checkpoint_dir` that is `kept_dir` itself is kept in
+        place, as before); `job_uid`, the job user whose files alone may be kept."""
         self.engine = engine
         self.job_id, self.attempt = ref.job_id, ref.attempt
         self.data_dir = data_dir.resolve()
         self.checkpoint_dir = checkpoint_dir
+        self.work_dir = work_dir
+        self.kept_dir = (kept_dir or self.data_dir / "checkpoints" / ref.job_id).resolve()
         self.policy = policy
         self.pending: dict[Path, _Pending] = {}
         self.store: ArtifactStore = store or LocalStore(data_dir)
         self.uploader = CheckpointUploader(
             self.store, retry_for_s=upload_retry_s, pace=Pace(upload_bytes_per_s)
         )
+        in_place = checkpoint_dir.resolve() == self.kept_dir
+        group = None if job_uid is None else self.data_dir.stat().st_gid
+        self.keep = None if in_place else KeepPlace(self.kept_dir, job_uid, group)
+        # What this attempt registered from its checkpoint directory: key -> (file, signature).
+        self.sources: dict[str, tuple[Path, Signature]] = {}
         self.registered = 0
         self.rejected = 0
         # The job is no longer this attempt's: nothing more is registered.
         self.superseded = False
+
+    @classmethod
+    def for_attempt(
+        cls,
+        engine: Engine,
+        settings: Settings,
+        ref: AttemptRef,
+        paths: RunPaths,
+        job_uid: int | None,
+        policy: CheckpointPolicy,
+    ) -> "CheckpointRegistrar":
+        """An attempt's registrar: what its ranks report or declare, kept in the job's
+        checkpoints (the job user's own files only)."""
+        return cls(
+            engine,
+            ref,
+            data_dir=paths.data_dir,
+            checkpoint_dir=paths.checkpoint_dir,
+            policy=policy,
+            store=store_for(settings),
+            upload_retry_s=settings.checkpoint_upload_retry_s,
+            upload_bytes_per_s=settings.checkpoint_upload_bytes_per_s,
+            work_dir=paths.work_dir,
+            kept_dir=paths.kept_dir,
+            job_uid=job_uid,
+        )
 
     def _reject(self, reported: str, reason: object) -> None:
         self.rejected += 1
@@ -226,9 +174,22 @@ class CheckpointRegistrar:
     def add(self, event: CheckpointEvent) -> None:
         """A reported checkpoint, sent to the store at once when its file is closed (a later
         report of the same file replaces an earlier one still waiting)."""
+        self._add(event, self.checkpoint_dir, None)
+
+    def add_declared(self, rel: str, step: int | None) -> None:
+        """A declared output of the working directory, found complete and settled."""
+        if self.work_dir is None:
+            raise ValueError("declared outputs need the working directory")
+        self._add(CheckpointEvent(path=rel, step=step, epoch=None), self.work_dir, WORK_KEY)
+
+    def _add(self, event: CheckpointEvent, root: Path, prefix: str | None) -> None:
         try:
-            path = resolve_checkpoint(self.checkpoint_dir, event.path)
-            self.pending[path] = _Pending(event, path, signature(path))
+            path = resolve_checkpoint(root, event.path)
+            rel = path.relative_to(root.resolve()).as_posix()
+            kept = self.kept_dir if prefix is None else self.kept_dir / prefix
+            key = (kept / rel).relative_to(self.data_dir).as_posix()
+            pending = _Pending(event, path, signature(path), key, reported=prefix is None)
+            self.pending[path] = pending
         except CheckpointRejected as exc:
             self._reject(event.path, exc)
             return
@@ -256,10 +217,11 @@ class CheckpointRegistrar:
                     continue
                 signed = pending.signature
                 pending.upload = self.uploader.submit(
-                    self._key(pending),
+                    pending.key,
                     path,
                     partial(self._check_unchanged, pending),
                     signed.inode if isinstance(signed, FileSignature) else None,
+                    self.keep,
                 )
         if final:
             self.uploader.pace.lift()  # no rank is left to slow down
@@ -294,11 +256,10 @@ class CheckpointRegistrar:
             return True
         del self.pending[path]
         self.registered += 1
+        if pending.reported and self.keep is not None:
+            self.sources[pending.key] = (path, pending.signature)
         self._apply_retention()
         return True
-
-    def _key(self, pending: _Pending) -> str:
-        return pending.path.relative_to(self.data_dir).as_posix()
 
     def _check_unchanged(self, pending: _Pending) -> None:
         if signature(pending.path) != pending.signature:
@@ -321,7 +282,7 @@ class CheckpointRegistrar:
                 session,
                 self.job_id,
                 self.attempt,
-                path=self._key(pending),
+                path=pending.key,
                 step=event.step,
                 epoch=event.epoch,
                 metrics=event.metrics,
@@ -355,10 +316,9 @@ class CheckpointRegistrar:
                 self.store.delete(doomed)
             except StoreError:
                 log.warning("job %s: could not delete %s from the store", self.job_id, doomed)
-        base = self.checkpoint_dir.resolve()
         for path in doomed:
             local = self.data_dir / path
-            if not local.resolve().is_relative_to(base):
+            if not local.resolve().is_relative_to(self.kept_dir):
                 continue
             try:
                 if local.is_dir() and not local.is_symlink():
@@ -369,3 +329,16 @@ class CheckpointRegistrar:
                 pass
             except OSError:
                 log.warning("job %s: could not delete %s", self.job_id, local, exc_info=True)
+        self._remove_sources(doomed)
+
+    def _remove_sources(self, doomed: list[str]) -> None:
+        """The files this attempt reported, for checkpoints retention retired, while they are
+        still what was registered (the program writes its checkpoint directory as it likes)."""
+        for key in doomed:
+            source = self.sources.pop(key, None)
+            if source is None:
+                continue
+            try:
+                remove_unchanged(self.checkpoint_dir.resolve(), *source)
+            except OSError:
+                log.warning("job %s: could not delete %s", self.job_id, source[0], exc_info=True)

@@ -32,12 +32,14 @@ def tree_bytes(path: Path) -> int:
 
 
 def job_disk_bytes(data_dir: Path, job_id: str) -> int:
-    """The job's run directories (logs, events, its code) and its checkpoints."""
-    return tree_bytes(data_dir / "runs" / job_id) + tree_bytes(data_dir / "checkpoints" / job_id)
+    """The job's run directories (logs, events, its working directories), its checkpoints and
+    its artifacts."""
+    kinds = ("runs", "checkpoints", "artifacts")
+    return sum(tree_bytes(data_dir / kind / job_id) for kind in kinds)
 
 
 def record_job_disk_use(engine: Engine, job_id: str, data_dir: Path) -> int | None:
-    """Measure the job's run directories and checkpoints and store the bytes on the job."""
+    """Measure the job's files (`job_disk_bytes`) and store the bytes on the job."""
     try:
         used = job_disk_bytes(data_dir, job_id)
         with session_scope(engine) as session:

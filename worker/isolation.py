@@ -14,13 +14,16 @@ lease taken without that mark (its last holder died) SIGKILLs whatever is left f
 
 **Directories.** The run directory stays the worker's (0711: the job may pass, not list); in it
 the job owns, mode 0700, ``logs/``, ``home/`` (its ``HOME``), ``tmp/`` (its ``TMPDIR`` and its
-``/tmp``), ``var-tmp/`` (its ``/var/tmp``: see `worker.scratch`), ``code/`` and the events file;
-it owns its checkpoint and artifacts directories (mode 0750, group: the data dir's, so an API
-running under the service's uid can serve the files). The data dir, ``runs/``, ``checkpoints/``,
-``artifacts/`` and ``envs/`` are 0711, ``code/`` 0750 (jobs run their own copy), the SQLite
-database 0600 and ``supervisors/`` 0700. The worker never follows a link the job may have
-planted when it writes or reads a job file (``O_NOFOLLOW``), and the API serves a checkpoint
-only from inside its job's directory.
+``/tmp``), ``var-tmp/`` (its ``/var/tmp``: see `worker.scratch`), ``work/`` (its working
+directory, `worker.workdir`), the attempt's ``checkpoints/`` and the events file; it owns its
+artifacts directory (mode 0750, group: the data dir's, so an API running under the service's
+uid can serve the files). The checkpoints Launchbay registered (``checkpoints/<job>/``) are the
+worker's copies, never the job's (`worker.checkpoints`). The data dir, ``runs/``,
+``checkpoints/``, ``artifacts/`` and ``envs/`` are 0711, ``code/`` 0750 (jobs run their own
+copy), the SQLite database 0600 and ``supervisors/`` 0700. The worker never follows a link the
+job may have planted when it writes or reads a job file (``O_NOFOLLOW``), takes nothing the job
+user does not own from the job's directories (a hard link to another user's file), and the API
+serves a checkpoint only from inside its job's directory.
 
 **What a job leaves behind** for the next job under its uid: its scratch (``tmp/``,
 ``var-tmp/``) is removed when the attempt ends, its ``/dev/shm`` and System V IPC die with its
@@ -36,7 +39,6 @@ import fcntl
 import logging
 import os
 import pwd
-import shutil
 import signal
 import subprocess
 import time
@@ -45,9 +47,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.hardening import tighten as _tighten
 from worker import scratch
 from worker.cgroups import describe_support
+from worker.job_dirs import give_directories, take_back_directories
 from worker.launch import RunPaths
 from worker.leftovers import remove_leftovers
 
@@ -58,7 +60,6 @@ JOB_USER_PREFIX = "launchbay-job-"
 # a lease that a dead worker held still names its job, and the next one looks for leftovers.
 CLEAN = "-"
 OWNER_WIDTH = 256  # bytes of a lease's ``<index>.job``: a job id, padded with spaces
-SCRATCH = tuple(name for name, _ in scratch.SCRATCH_DIRS)  # ``tmp``, ``var-tmp``
 
 
 def can_switch_users() -> bool:
@@ -191,7 +192,7 @@ class JobUser:
                         # can start under it until the next lease: that one need not look.
                         write_lease_owner(self.owner_file, CLEAN)
                 if self.paths is not None:
-                    take_back_directories(self.paths, checkpoints=last)
+                    take_back_directories(self.paths, checkpoints=last, uid=self.uid)
             finally:
                 os.close(self.lock_fd)
         return killed
@@ -283,61 +284,6 @@ def write_lease_owner(owner: Path, text: str) -> None:
         os.close(fd)
 
 
-def _chown_tree(path: Path, uid: int, gid: int) -> None:
-    os.lchown(path, uid, gid)
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            os.lchown(os.path.join(root, name), uid, gid)
-
-
-def _scratch_dirs(paths: RunPaths) -> list[Path]:
-    return [paths.run_dir / name for name in SCRATCH]
-
-
-def give_directories(paths: RunPaths, user: JobUser) -> None:
-    """Make the attempt's directories the job user's (see the module docstring)."""
-    group = os.stat(paths.data_dir).st_gid
-    for directory in (paths.run_dir.parent, paths.run_dir):
-        directory.mkdir(parents=True, exist_ok=True)
-        os.chown(directory, 0, group)
-        _tighten(directory, 0o711)
-    for sub in ("home", "logs", *SCRATCH):
-        (paths.run_dir / sub).mkdir(exist_ok=True)
-    paths.log_dir.mkdir(parents=True, exist_ok=True)
-    os.close(os.open(paths.events_file, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
-    for owned in (paths.run_dir / "home", paths.log_dir, paths.code_dir, *_scratch_dirs(paths)):
-        if owned.exists() and not owned.is_symlink():
-            _chown_tree(owned, user.uid, user.gid)
-            _tighten(owned, 0o700)
-    if paths.code_dir.is_symlink():
-        # The job's one read-only copy of its code, shared by its attempts: the worker's, and
-        # readable by this job's user (its group) alone.
-        for top, dirs, files in os.walk(str(paths.code_dir.resolve())):
-            os.lchown(top, 0, user.gid)
-            _tighten(Path(top), 0o750)
-            for name in dirs + files:
-                os.lchown(os.path.join(top, name), 0, user.gid)
-    os.lchown(paths.events_file, user.uid, user.gid)
-    # Checkpoints and artifacts: the job's to write, readable by the service's group to serve.
-    for shared in (paths.checkpoint_dir, paths.output_dir):
-        shared.mkdir(parents=True, exist_ok=True)
-        _chown_tree(shared, user.uid, group)
-        _tighten(shared, 0o750)
-
-
-def take_back_directories(paths: RunPaths, *, checkpoints: bool) -> None:
-    """The attempt's directories (and its job's checkpoints) owned by the worker again; its
-    scratch removed."""
-    for path in _scratch_dirs(paths):
-        shutil.rmtree(path, ignore_errors=True)
-    group = os.stat(paths.data_dir).st_gid
-    owned = [paths.run_dir / "home", paths.log_dir, paths.code_dir]
-    owned += [paths.events_file, *([paths.checkpoint_dir, paths.output_dir] if checkpoints else [])]
-    for path in owned:
-        if path.exists() and not path.is_symlink():
-            _chown_tree(path, os.getuid(), group)
-
-
 def check_reachable(data_dir: Path) -> str | None:
     """Why a job user cannot reach `data_dir` (a directory above it others may not search), or
     None."""
@@ -365,7 +311,7 @@ def isolate_attempt(
     user.paths = paths
     user.private_scratch = scratch.unavailable() is None
     try:
-        give_directories(paths, user)
+        give_directories(paths, user.uid, user.gid)
     except BaseException:
         user.release()
         raise

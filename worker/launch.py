@@ -51,9 +51,12 @@ class RunPaths:
     """Where one attempt lives on disk.
 
     ``runs/<job>/attempt-<n>/`` (``.../node-<k>/`` per node of a multi-node job) holds the
-    events file, ``logs/`` (one file per rank, the
-    launcher's own output, error records) and, for uploaded code, ``code/``; checkpoints go to
-    ``checkpoints/<job>/``, shared by every attempt so a retry can resume.
+    events file, ``logs/`` (one file per rank, the launcher's own output, error records) and
+    ``work/``, the ranks' working directory (`worker.workdir`); ``runs/<job>/attempt-<n>/
+    checkpoints/``, shared by the nodes, is where the ranks write checkpoints
+    (``LAUNCHBAY_CHECKPOINT_DIR``). What Launchbay registers is kept apart, in
+    ``checkpoints/<job>/`` (`kept_dir`), which no job writes; the job's artifacts are in
+    ``artifacts/<job>/`` (`output_dir`). Both are shared by every attempt.
     """
 
     data_dir: Path
@@ -61,6 +64,7 @@ class RunPaths:
     events_file: Path
     checkpoint_dir: Path
     log_dir: Path
+    job_id: str
 
     @classmethod
     def for_attempt(
@@ -68,25 +72,35 @@ class RunPaths:
     ) -> "RunPaths":
         """The attempt's paths; for node `node` of a multi-node job, its own run directory
         ``attempt-<n>/node-<k>/`` (several nodes may share the data dir, even one machine)."""
-        run_dir = data_dir / "runs" / job_id / f"attempt-{attempt}"
-        if node is not None:
-            run_dir = run_dir / f"node-{node}"
+        attempt_dir = data_dir / "runs" / job_id / f"attempt-{attempt}"
+        run_dir = attempt_dir if node is None else attempt_dir / f"node-{node}"
         return cls(
             data_dir=data_dir,
             run_dir=run_dir,
             events_file=run_dir / "events.jsonl",
-            checkpoint_dir=data_dir / "checkpoints" / job_id,
+            checkpoint_dir=attempt_dir / "checkpoints",
             log_dir=run_dir / "logs",
+            job_id=job_id,
         )
 
     @property
-    def code_dir(self) -> Path:
-        return self.run_dir / "code"
+    def work_dir(self) -> Path:
+        """The ranks' working directory: a writable copy of the code (`worker.workdir`)."""
+        return self.run_dir / "work"
+
+    @property
+    def kept_dir(self) -> Path:
+        """The checkpoints Launchbay registered, its own copies (`worker.checkpoints`)."""
+        return self.data_dir / "checkpoints" / self.job_id
 
     @property
     def output_dir(self) -> Path:
         """`LAUNCHBAY_OUTPUT_DIR`: the job's artifacts, shared by its attempts, kept after it."""
-        return self.data_dir / "artifacts" / self.checkpoint_dir.name
+        return self.data_dir / "artifacts" / self.job_id
+
+    @property
+    def home_dir(self) -> Path:
+        return self.run_dir / "home"
 
     @property
     def launcher_log(self) -> Path:
@@ -200,13 +214,12 @@ def rank_entry(
 ) -> tuple[Path, list[str]]:
     """(the ranks' working directory, the command each rank runs: `rank_main.py` and the
     program, its arguments after it)."""
+    cwd = paths.work_dir
     if spec.code is not None:
-        cwd = paths.code_dir
-        program = ["--script", str(paths.code_dir / spec.code.entrypoint)]
+        program = ["--script", str(paths.work_dir / spec.code.entrypoint)]
     else:
         if not recipe_module:
             raise ValueError(f"recipe {spec.recipe!r} needs its module")
-        cwd = paths.run_dir
         program = ["--module", recipe_module]
     entry = [python, ISOLATED, "-u", str(RANK_ENTRY), "--log-dir", str(paths.log_dir)]
     if spec.pass_local_rank_arg and spec.launcher == "torchrun":

@@ -26,7 +26,6 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.spec import JobSpec
 from jobs.states import AttemptRef, ExitReason, JobState
-from service.artifacts import store_for
 from service.db import session_scope
 from service.scheduling.preemption import preemption_of
 from service.settings import Settings
@@ -46,6 +45,7 @@ from worker.ingest import Ingestor
 from worker.isolation import JobUser
 from worker.launch import LaunchPlan, Rendezvous, RunPaths
 from worker.outcome import Outcome, classify_exit, read_oom_kills
+from worker.outputs import DeclaredOutputs, wants_declared_outputs
 from worker.scratch import shm_bytes
 from worker.stacks import record_rank_stacks
 from worker.stops import FAILING_STOPS, StopOutcomes, StopReason
@@ -104,16 +104,15 @@ class AttemptMonitor:
         self.rendezvous_timeout_s = rendezvous.timeout_s if rendezvous is not None else None
         self.announce = announce
         self.stop_outcomes = StopOutcomes(spec, worker_name, self.rendezvous_timeout_s)
-        self.registrar = CheckpointRegistrar(
-            engine,
-            ref,
-            data_dir=paths.data_dir,
-            checkpoint_dir=paths.checkpoint_dir,
-            policy=spec.checkpoint,
-            store=store_for(settings),
-            upload_retry_s=settings.checkpoint_upload_retry_s,
-            upload_bytes_per_s=settings.checkpoint_upload_bytes_per_s,
+        job_uid = None if job_user is None else job_user.uid
+        self.registrar = CheckpointRegistrar.for_attempt(
+            engine, settings, ref, paths, job_uid, spec.checkpoint
         )
+        self.declared = None
+        if wants_declared_outputs(spec) and spec.outputs is not None:
+            self.declared = DeclaredOutputs(
+                paths.work_dir, spec.outputs.checkpoints, self.registrar
+            )
         self.ingestor = Ingestor(
             engine,
             ref,
@@ -203,6 +202,7 @@ class AttemptMonitor:
                 next_scan = time.monotonic() + PROCESS_SCAN_S
             self._note_restarts()
             self.ingestor.poll()
+            self._poll_declared()
             self.registrar.poll()
             self._note_progress(tree)
             if tree.returncode() is not None:
@@ -345,7 +345,14 @@ class AttemptMonitor:
             if self.ingestor.poll(final=True):
                 break
             time.sleep(1.0)
+        self._poll_declared(final=True)
         self.registrar.poll(final=True)
+
+    def _poll_declared(self, final: bool = False) -> None:
+        """Declared outputs are registered by the node whose ranks include rank 0, as what
+        rank 0 reports is."""
+        if self.declared is not None and self._runs_rank_0():
+            self.declared.poll(final=final)
 
     def _stopped_outcome(self, stop: StopReason, returncode: int | None) -> Outcome | None:
         return self.stop_outcomes.outcome(

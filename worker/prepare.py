@@ -1,18 +1,15 @@
 """Everything an attempt needs before its launch: checks that would only fail later and less
-clearly (devices, modules, entrypoint), its directories, its copy of the code, the checkpoint
-to resume from and a free port. Uploaded code is copied once per job and shared, read-only,
-by its attempts. A failed check is a `LaunchProblem`: the job fails with
-exit reason `launch_error` and the problem as its message.
+clearly (devices, modules, entrypoint), its directories, its working directory (a fresh writable
+copy of the code, `worker.workdir`), the checkpoint to resume from and a free port. A failed
+check is a `LaunchProblem`: the job fails with exit reason `launch_error` and the problem as its
+message.
 """
 
-import errno
 import importlib.util
 import os
 import shutil
 import socket
-import stat
 import sys
-import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
@@ -25,6 +22,7 @@ from jobs.contract import env as rank_env
 from jobs.spec import JobSpec
 from jobs.startup_env import startup_env_names
 from service.artifacts import ArtifactStore, LocalStore
+from worker.checkpoints import WORK_KEY
 from worker.devices import (
     CudaInfo,
     WorkerDevices,
@@ -42,6 +40,7 @@ from worker.launch import (
     build_launch,
 )
 from worker.lifeline import CPU_AFFINITY_ENV
+from worker.workdir import make_work_dir, restore_checkpoint
 
 
 class LaunchProblem(Exception):
@@ -109,34 +108,16 @@ def recipe_module(name: str) -> str:
     return recipe.module
 
 
-def prepare_code(
-    code_store: Path, code_id: str, target: Path, entrypoint: str, shared: Path | None = None
-) -> Path:
-    """Put uploaded code (`<code_store>/<code_id>`: an unpacked directory, or a single file)
-    at `target`, and return the entrypoint's path there.
-
-    With `shared` (the job's one copy, `runs/<job>/code`), the code is copied there once, its
-    files made read-only, and `target` becomes a link to it: every attempt (and node) of a
-    job runs the same copy instead of making its own.
-    """
-    if shared is None:
-        _copy_code(code_store, code_id, target, entrypoint)
-    else:
-        if not shared.is_dir():
-            staging = shared.with_name(f".{shared.name}-{uuid.uuid4().hex}")
-            try:
-                _copy_code(code_store, code_id, staging, entrypoint)
-                _make_read_only(staging)
-                os.rename(staging, shared)  # whole or not at all; another node may be first
-            except OSError as exc:
-                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY) or not shared.is_dir():
-                    raise
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_symlink():
-            target.unlink()
-        target.symlink_to(shared, target_is_directory=True)
+def prepare_code(code_store: Path, code_id: str, target: Path, entrypoint: str) -> Path:
+    """A fresh writable copy of uploaded code (`<code_store>/<code_id>`: an unpacked directory,
+    or a single file) as the directory `target`; returns the entrypoint's path there."""
+    source = code_store / code_id
+    if not source.exists():
+        raise LaunchProblem(f"uploaded code {code_id} is not on this worker")
+    try:
+        make_work_dir(target, source, entrypoint)
+    except OSError as exc:
+        raise LaunchProblem(f"the working directory could not be made: {exc}") from None
     script = target / entrypoint
     base = target.resolve()
     if not script.resolve().is_relative_to(base) or not script.resolve().is_file():
@@ -144,26 +125,31 @@ def prepare_code(
     return script
 
 
-def _copy_code(code_store: Path, code_id: str, target: Path, entrypoint: str) -> None:
-    source = code_store / code_id
-    if source.is_dir():
-        shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
-    elif source.is_file():
-        (target / entrypoint).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target / entrypoint)
+def prepare_work_dir(spec: JobSpec, paths: RunPaths, code_store: Path) -> None:
+    """The attempt's working directory: a copy of the job's code, or empty for a recipe; the
+    writable checkpoint directories of earlier attempts are gone (what they registered is
+    kept, and a resumed attempt gets its own copy)."""
+    if spec.code is not None:
+        prepare_code(code_store, spec.code.code_id, paths.work_dir, spec.code.entrypoint)
     else:
-        raise LaunchProblem(f"uploaded code {code_id} is not on this worker")
+        make_work_dir(paths.work_dir, None, None)
+    for earlier in paths.checkpoint_dir.parent.parent.glob("attempt-*/checkpoints"):
+        if earlier != paths.checkpoint_dir:
+            shutil.rmtree(earlier, ignore_errors=True)
 
 
-def _make_read_only(root: Path) -> None:
-    """Files read-only (executables stay executable); directories stay the worker's to
-    remove with the job."""
-    for directory, _, files in os.walk(root):
-        for name in files:
-            path = Path(directory) / name
-            mode = path.lstat().st_mode
-            if stat.S_ISREG(mode):
-                path.chmod(0o555 if mode & 0o100 else 0o444)
+def resume_copy(kept: Path, paths: RunPaths) -> Path:
+    """Where the attempt resumes from: a copy of the kept checkpoint where the program wrote it,
+    in the working directory (a declared output) or the attempt's checkpoint directory."""
+    rel = Path(os.path.relpath(kept, paths.kept_dir))
+    if rel.parts[0] == "..":  # not where checkpoints are kept (never, for a row of this job)
+        rel = Path(kept.name)
+    try:
+        if rel.parts[0] == WORK_KEY and len(rel.parts) > 1:
+            return restore_checkpoint(kept, paths.work_dir.joinpath(*rel.parts[1:]))
+        return restore_checkpoint(kept, paths.checkpoint_dir / rel)
+    except OSError as exc:
+        raise LaunchProblem(f"the checkpoint to resume from could not be copied: {exc}") from None
 
 
 def prepare_attempt(
@@ -196,17 +182,17 @@ def prepare_attempt(
     module = recipe_module(spec.recipe) if spec.recipe is not None else None
     for directory in (paths.run_dir, paths.log_dir, paths.checkpoint_dir, paths.output_dir):
         directory.mkdir(parents=True, exist_ok=True)
-    if spec.code is not None:
-        shared = paths.data_dir / "runs" / job_id / "code"
-        prepare_code(code_store, spec.code.code_id, paths.code_dir, spec.code.entrypoint, shared)
+    paths.kept_dir.mkdir(parents=True, exist_ok=True)
+    prepare_work_dir(spec, paths, code_store)
+    kept = find_resume_checkpoint(
+        engine, job_id, attempt, paths.data_dir, store or LocalStore(paths.data_dir)
+    )
     plan = build_launch(
         spec,
         job_id=job_id,
         attempt=attempt,
         paths=paths,
-        resume_from=find_resume_checkpoint(
-            engine, job_id, attempt, paths.data_dir, store or LocalStore(paths.data_dir)
-        ),
+        resume_from=None if kept is None else resume_copy(kept, paths),
         cuda_available=cuda.available,
         port=free_port(),
         python=python or sys.executable,

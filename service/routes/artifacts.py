@@ -1,12 +1,16 @@
 """A job's artifacts: the files its ranks wrote under `LAUNCHBAY_OUTPUT_DIR`
-(``<data dir>/artifacts/<job>/``), kept after the job ends, listed and downloaded.
+(``<data dir>/artifacts/<job>/``) or in their working directory, kept after the job ends,
+listed and downloaded.
 
 Only regular files inside the job's directory are listed or served: a path with `..`, an
-absolute path, or a symbolic link (which a rank could point anywhere) is refused with 404.
+absolute path, a symbolic link (which a rank could point anywhere) or a file with another name
+elsewhere (a hard link) is refused with 404. What the program wrote in its working directory
+is here too, moved in when each attempt ends (worker/workdir.py).
 """
 
 import hashlib
 import os
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -38,14 +42,24 @@ def artifacts_dir(data_dir: Path, job_id: str) -> Path:
     return data_dir.resolve() / "artifacts" / job_id
 
 
+def is_artifact(path: Path) -> bool:
+    """A regular file with no other name: not a symbolic link, nor a hard link the job made to
+    a file that is not its own (which the kernel allows where fs.protected_hardlinks is 0)."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+
+
 def walk_artifacts(root: Path) -> list[Path]:
-    """The regular files under `root` (no symbolic link followed or listed), sorted."""
+    """The artifacts under `root` (no symbolic link followed or listed), sorted."""
     found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if not (Path(dirpath) / d).is_symlink())
         for name in sorted(filenames):
             path = Path(dirpath) / name
-            if not path.is_symlink() and path.is_file():
+            if is_artifact(path):
                 found.append(path)
     return found
 
@@ -78,7 +92,7 @@ def artifact_file(data_dir: Path, job_id: str, relative: str) -> Path:
         path = path / part
         if path.is_symlink():
             raise NotFound(f"job {job_id} has no artifact {relative!r}", detail={"path": relative})
-    if not path.resolve().is_relative_to(root) or not path.is_file():
+    if not path.resolve().is_relative_to(root) or not is_artifact(path):
         raise NotFound(f"job {job_id} has no artifact {relative!r}", detail={"path": relative})
     return path
 

@@ -38,7 +38,7 @@ if queue >= 0 and libc.msgrcv(queue, ctypes.byref(message), 128, 0, IPC_NOWAIT) 
 else:
     found["msg"] = os.strerror(ctypes.get_errno())
 
-data = Path(os.environ["LAUNCHBAY_CHECKPOINT_DIR"]).parents[1]
+data = Path(os.environ["LAUNCHBAY_OUTPUT_DIR"]).parents[1]
 try:
     code = data / "code" / os.environ["LEFTOVER_CODE_ID"] / os.environ["LEFTOVER_CODE_FILE"]
     found["code"] = code.read_text()[:80]

@@ -32,4 +32,6 @@ def test_only_complete_checkpoints_are_registered_and_retention_applies(wenv: Wo
     assert not (folder / "good-1.pt").exists() and not (folder / "good-3.pt").exists()
     # the truncated, growing, escaping (../, absolute, symlink) and missing ones
     assert job.message == "6 reported checkpoint(s) not registered"
-    assert (folder / "truncated.pt").exists() and (folder / "growing.pt").exists()
+    # Not kept; and what the ranks wrote in their checkpoint directory went with the attempt.
+    assert not (folder / "truncated.pt").exists() and not (folder / "growing.pt").exists()
+    assert not (wenv.settings.runs_dir / job_id / "attempt-1" / "checkpoints").exists()

@@ -36,7 +36,7 @@ def marked(marker: str) -> list[psutil.Process]:
 
 
 def pid_file(wenv: WorkerEnv, job_id: str) -> Path:
-    return wenv.settings.checkpoints_dir / job_id / "daemon.pid"
+    return wenv.settings.data_dir.resolve() / "artifacts" / job_id / "daemon.pid"
 
 
 @pytest.fixture

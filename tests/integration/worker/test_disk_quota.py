@@ -46,7 +46,29 @@ def test_a_job_over_its_owners_quota_is_stopped_while_it_runs(
     assert (job.state, job.exit_reason) == ("failed", "user_error"), job.message
     assert job.message is not None and "over the owner's disk quota of 4000000" in job.message
     assert result.outcome is not None and not result.survivors
-    assert job.disk_bytes is not None and job.disk_bytes >= 3_000_000
+    # What it wrote there was no checkpoint it reported: it went with the attempt.
+    assert job.disk_bytes is not None and job.disk_bytes < 3_000_000
+
+
+def test_a_job_writing_past_the_quota_into_its_working_directory_is_stopped(
+    wenv: WorkerEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain program writing to `./`: stopped with the reason, and what it wrote is kept as
+    its artifact, counted with the owner's files."""
+    monkeypatch.setattr(disk, "DISK_CHECK_S", 0.2)
+    monkeypatch.setattr(wenv.settings, "owner_disk_quota_bytes", QUOTA)
+    env = {"WRITE_BYTES": str(5_000_000), "FILL_PATH": "out/fill.bin", "FILL_SLEEP_S": "30"}
+    job_id = wenv.submit("filler.py", launcher="python", nproc_per_node=1, env=env)
+    owned_by(wenv, job_id, "ann")
+
+    wenv.run(job_id)
+
+    job = wenv.job(job_id)
+    assert (job.state, job.exit_reason) == ("failed", "user_error"), job.message
+    assert job.message is not None and "over the owner's disk quota of 4000000" in job.message
+    kept = wenv.settings.data_dir.resolve() / "artifacts" / job_id / "out" / "fill.bin"
+    assert kept.stat().st_size == 5_000_000
+    assert job.disk_bytes is not None and job.disk_bytes >= 5_000_000
 
 
 def test_an_admins_job_is_not_held_to_the_quota(

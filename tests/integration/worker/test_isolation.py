@@ -50,7 +50,9 @@ def test_a_job_reaches_nothing_of_the_service_or_of_another_job(
     (wenv.settings.code_dir / code_id / "secrets.txt").write_text(f"{admin}\n{redis_password}\n")
     wenv.run(job_id)
     assert wenv.job(job_id).state == "succeeded", wenv.job(job_id).message
-    report = json.loads((wenv.settings.checkpoints_dir / job_id / "snoop.json").read_text())
+    report = json.loads(
+        (wenv.settings.data_dir.resolve() / "artifacts" / job_id / "snoop.json").read_text()
+    )
 
     assert report["uid"] not in (0, os.getuid())
     assert report["user"].startswith(JOB_USER_PREFIX)

@@ -149,8 +149,8 @@ def test_python_launcher_runs_one_process(wenv: WorkerEnv, monkeypatch: pytest.M
     assert '"MASTER_ADDR": "127.0.0.1"' in lines["env"] and '"WORLD_SIZE": "3"' in lines["env"]
     assert '"RANK": null' in lines["env"] and '"OMP_NUM_THREADS": "1"' in lines["env"]
     assert lines["argv"] == '["a"]'
-    # The attempt's code dir links to the job's one read-only copy; the process sees its target.
-    assert lines["cwd"] == str(result.paths.code_dir.resolve())
+    # The process runs in the attempt's working directory, its own copy of the code.
+    assert lines["cwd"] == str(result.paths.work_dir)
     assert [(p.name, p.value) for p in wenv.metrics(job_id)] == [("acc", 0.5)]
 
 

@@ -65,7 +65,7 @@ def test_a_job_finds_no_way_into_redis_while_the_worker_uses_it(
     assert job.state == "succeeded", job.message
     rq_job = RQJob.fetch(rq_job_id(job_id, 1), connection=wenv.redis)
     assert rq_job.get_status() == JobStatus.FINISHED  # the worker went through Redis
-    report_file = wenv.settings.checkpoints_dir / job_id / "redis-probe.json"
+    report_file = wenv.settings.data_dir.resolve() / "artifacts" / job_id / "redis-probe.json"
     text = report_file.read_text()
     report = json.loads(text)
     assert report["uid"] not in (0, os.getuid())

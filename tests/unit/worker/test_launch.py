@@ -51,10 +51,12 @@ def plan(
 def test_paths_of_an_attempt() -> None:
     assert PATHS.run_dir == DATA / "runs/job1/attempt-3"
     assert PATHS.events_file == DATA / "runs/job1/attempt-3/events.jsonl"
-    assert PATHS.checkpoint_dir == DATA / "checkpoints/job1"
+    # The ranks write checkpoints in the attempt's directory; Launchbay keeps its own copies.
+    assert PATHS.checkpoint_dir == DATA / "runs/job1/attempt-3/checkpoints"
+    assert PATHS.kept_dir == DATA / "checkpoints/job1"
     assert PATHS.log_dir == DATA / "runs/job1/attempt-3/logs"
     assert PATHS.rank_log(1) == DATA / "runs/job1/attempt-3/logs/rank-1.log"
-    assert PATHS.code_dir == DATA / "runs/job1/attempt-3/code"
+    assert PATHS.work_dir == DATA / "runs/job1/attempt-3/work"
 
 
 def test_torchrun_recipe() -> None:
@@ -84,7 +86,7 @@ def test_torchrun_recipe() -> None:
         "--x",
         "1",
     ]
-    assert result.cwd == PATHS.run_dir
+    assert result.cwd == PATHS.work_dir  # a recipe writes where a program of its own would
     assert (result.launcher, result.expected_ranks) == ("torchrun", 4)
     assert "MASTER_PORT" not in result.env  # torchrun's to set
 
@@ -98,16 +100,16 @@ def test_torchrun_code_entrypoint() -> None:
         "--log-dir",
         str(PATHS.log_dir),
         "--script",
-        str(PATHS.code_dir / "src/train.py"),
+        str(PATHS.work_dir / "src/train.py"),
         "a",
     ]
-    assert result.cwd == PATHS.code_dir
+    assert result.cwd == PATHS.work_dir
 
 
 def test_pass_local_rank_arg() -> None:
     result = plan(spec(code={"code_id": CODE_ID}, pass_local_rank_arg=True, args=["a"]))
     tail = result.argv[result.argv.index(str(RANK_ENTRY)) + 3 :]
-    assert tail == ["--local-rank-arg=auto", "--script", str(PATHS.code_dir / "train.py"), "a"]
+    assert tail == ["--local-rank-arg=auto", "--script", str(PATHS.work_dir / "train.py"), "a"]
     for spelling in ("underscore", "dash"):
         result = plan(spec(code={"code_id": CODE_ID}, pass_local_rank_arg=spelling))
         assert f"--local-rank-arg={spelling}" in result.argv
@@ -124,7 +126,7 @@ def test_python_launcher() -> None:
         "--log-dir",
         str(PATHS.log_dir),
         "--script",
-        str(PATHS.code_dir / "main.py"),
+        str(PATHS.work_dir / "main.py"),
         "b",
     ]
     assert (result.launcher, result.expected_ranks) == ("python", 1)
@@ -263,7 +265,8 @@ def test_torchrun_ranks_get_a_fresh_store_per_elastic_restart() -> None:
 def test_a_node_of_a_multi_node_job_meets_the_others_at_the_published_endpoint() -> None:
     paths = RunPaths.for_attempt(DATA, "job1", 3, node=1)
     assert paths.run_dir == DATA / "runs/job1/attempt-3/node-1"
-    assert paths.checkpoint_dir == PATHS.checkpoint_dir, "every node shares the job's checkpoints"
+    assert paths.checkpoint_dir == PATHS.checkpoint_dir, "every node shares the checkpoint dir"
+    assert paths.work_dir == DATA / "runs/job1/attempt-3/node-1/work", "each its own copy"
     rendezvous = Rendezvous(
         endpoint="node-a:29400", is_host=False, local_addr="node-b", timeout_s=59.5, node=1
     )
@@ -332,4 +335,4 @@ def test_ranks_know_where_their_error_record_goes() -> None:
 
 def test_ranks_know_where_their_artifacts_go() -> None:
     output = plan(spec()).env["LAUNCHBAY_OUTPUT_DIR"]
-    assert output == str(PATHS.data_dir / "artifacts" / PATHS.checkpoint_dir.name)
+    assert output == str(PATHS.data_dir / "artifacts" / "job1")

@@ -35,7 +35,7 @@ def start_daemon(pid_file: str, marker: str) -> None:
 
 if __name__ == "__main__":
     if os.environ.get("RANK", "0") == "0":
-        pid_file = os.path.join(os.environ["LAUNCHBAY_CHECKPOINT_DIR"], "daemon.pid")
+        pid_file = os.path.join(os.environ["LAUNCHBAY_OUTPUT_DIR"], "daemon.pid")
         start_daemon(pid_file, os.environ["DAEMON_MARKER"])
         print("daemon started", flush=True)
     if sys.argv[1:] == ["wait"]:

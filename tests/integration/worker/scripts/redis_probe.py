@@ -55,5 +55,5 @@ for password in [None, *sorted(c for c in candidates if 0 < len(c) <= 512)[:300]
                 "get": command(sock, "GET", "rq:workers"),
             }
         )
-out = Path(os.environ["LAUNCHBAY_CHECKPOINT_DIR"]) / "redis-probe.json"
+out = Path(os.environ["LAUNCHBAY_OUTPUT_DIR"]) / "redis-probe.json"
 out.write_text(json.dumps({"uid": os.getuid(), "tried": len(replies), "replies": replies}))

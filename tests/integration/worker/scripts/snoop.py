@@ -58,5 +58,5 @@ report = {
     "other_checkpoints": attempt(data / "checkpoints" / other),
     "data_dir_listing": attempt(data),
 }
-out = Path(os.environ["LAUNCHBAY_CHECKPOINT_DIR"]) / "snoop.json"
+out = Path(os.environ["LAUNCHBAY_OUTPUT_DIR"]) / "snoop.json"
 out.write_text(json.dumps(report))
