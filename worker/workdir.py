@@ -8,7 +8,8 @@ its ranks start (``runs/<job>/attempt-<n>[/node-<k>]/work/``).
 - What the program writes there is kept as the job's artifacts (``artifacts/<job>/``, beside what
   it wrote to ``LAUNCHBAY_OUTPUT_DIR``) when the attempt ends (`WorkDir.finish`): the files new or
   changed since the copy (`record_baseline`: each file's inode and ctime, which no program can
-  set back), moved there under the same relative path, then the directory is removed. Only
+  set back), but Python's ``__pycache__``, moved there under the same relative path, then the
+  directory is removed. Only
   regular files are kept: a symbolic link is never followed nor kept, and under a job user only
   the files that user owns (a hard link to someone else's file, which the kernel lets a user
   make where ``fs.protected_hardlinks`` is 0, is not the job's to publish).
@@ -34,6 +35,8 @@ DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_MODE, DIR_MODE = 0o640, 0o750
 
 Baseline = dict[str, tuple[int, int]]
+# Python's cache of the program's compiled modules: the interpreter's, not the program's output.
+PYCACHE = "__pycache__"
 
 
 def make_work_dir(work: Path, code: Path | None, entrypoint: str | None) -> None:
@@ -156,7 +159,7 @@ def keep_written(
     root_fd = os.open(artifacts, DIRECTORY)
     try:
         for directory, dirs, files in os.walk(work, followlinks=False):
-            dirs.sort()
+            dirs[:] = sorted(d for d in dirs if d != PYCACHE)
             for name in sorted(files):
                 path = Path(directory, name)
                 rel = path.relative_to(work).as_posix()

@@ -1,0 +1,16 @@
+# The tutorial's datautils.py (pytorch/examples, distributed/ddp-tutorial-series), as a user has
+# it beside the script: random samples, 20 features and one target each.
+import torch
+from torch.utils.data import Dataset
+
+
+class MyTrainDataset(Dataset):
+    def __init__(self, size):
+        self.size = size
+        self.data = [(torch.rand(20), torch.rand(1)) for _ in range(size)]
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, index):
+        return self.data[index]
