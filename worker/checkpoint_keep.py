@@ -49,10 +49,12 @@ class KeepRefused(Exception):
 @dataclass(frozen=True)
 class KeepPlace:
     """Where copies are made (`staging`: a directory of the worker's on the same filesystem as
-    the kept checkpoints), whose files they must be (`job_uid`), and the group that reads them
-    (`group`: the data dir's, for the API)."""
+    the kept checkpoints) and published (`root`: the data dir, where a key is a path), whose
+    files they must be (`job_uid`), and the group that reads them (`group`: the data dir's, for
+    the API)."""
 
     staging: Path
+    root: Path
     job_uid: int | None = None
     group: int | None = None
 

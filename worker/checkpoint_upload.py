@@ -5,13 +5,13 @@ stream, service/artifacts/tree.py) to one background thread, which streams it to
 while computing its sha256 and returns what the registry records (`Stored`). The monitor loop
 only looks at the finished futures, so a slow upload never holds the loop, nor the ranks.
 
-- With a `KeepPlace` (the worker's registrar always gives one) the thread first takes
-  Launchbay's own copy of the checkpoint (`worker.checkpoint_keep`: a reflink where the
-  filesystem has them, else a copy made while hashing), checks that the source did not change
-  meanwhile, and only then publishes the copy: renamed into place with the local store, sent
-  from the copy to a remote one (so a program overwriting its file during an upload can never
-  tear what is stored), then removed. Without one (a checkpoint already in its kept place) the
-  local store only hashes it and a remote one is sent the file itself.
+- With a `KeepPlace` (the worker's registrar gives one) the thread first takes Launchbay's own
+  copy of the checkpoint (`worker.checkpoint_keep`: a reflink where the filesystem has them,
+  else a copy made while hashing), checks that the source did not change meanwhile, and only
+  then publishes the copy: renamed into place in the data dir (the local store's object; with a
+  remote one, the worker's own copy, once it is sent from there: a program overwriting its file
+  during an upload can never tear what is stored). Without one (a checkpoint already in its
+  kept place) the local store only hashes it and a remote one is sent the file itself.
 - A failed upload (the store unreachable, or gone mid-upload) is retried with backoff until
   `retry_for_s` has passed; an object store makes an object visible only once complete, so
   nothing half-written is ever listed, served or registered.
@@ -257,11 +257,11 @@ class CheckpointUploader:
             stored = Stored(
                 snapshot.size, snapshot.sha256, snapshot.kind, snapshot.files, snapshot.manifest
             )
-            if isinstance(self.store, LocalStore):
-                publish_local(snapshot, self.store.path_of(key))
-                return stored
-            put = partial(self._send_snapshot, key, snapshot, stored)
-            return self._retrying(key, put)
+            if not isinstance(self.store, LocalStore):
+                self._retrying(key, partial(self._send_snapshot, key, snapshot, stored))
+            # With a remote store, the worker's own copy: a retry here resumes without a fetch.
+            publish_local(snapshot, keep.root / key)
+            return stored
         finally:
             snapshot.discard()
 

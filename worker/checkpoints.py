@@ -133,7 +133,7 @@ class CheckpointRegistrar:
         )
         in_place = checkpoint_dir.resolve() == self.kept_dir
         group = None if job_uid is None else self.data_dir.stat().st_gid
-        self.keep = None if in_place else KeepPlace(self.kept_dir, job_uid, group)
+        self.keep = None if in_place else KeepPlace(self.kept_dir, self.data_dir, job_uid, group)
         # What this attempt registered from its checkpoint directory: key -> (file, signature).
         self.sources: dict[str, tuple[Path, Signature]] = {}
         self.registered = 0

@@ -19,6 +19,7 @@ Notes of other hosts are never read (the data dir may be shared): PIDs mean noth
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import time
@@ -197,3 +198,7 @@ def _take_back(data_dir: Path, note: SupervisorNote) -> None:
     if can_switch_users():
         paths = RunPaths.for_attempt(data_dir, note.job_id, note.attempt, note.node)
         take_back_directories(paths, checkpoints=False)
+        # What the dead attempt wrote is lost with it (what it registered is kept): its working
+        # and checkpoint directories, its user's files, go.
+        for owned in (paths.work_dir, paths.checkpoint_dir):
+            shutil.rmtree(owned, ignore_errors=True)

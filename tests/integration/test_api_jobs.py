@@ -62,6 +62,11 @@ def test_submit_fills_defaults_and_enqueues(api: TestClient, settings: Settings)
         {**SYNTHETIC, "config": {"no_such_option": 1}},
         {**SYNTHETIC, "launcher": "mpirun"},
         {**SYNTHETIC, "checkpoint": {"keep_last": 0}},
+        {**SYNTHETIC, "outputs": {"checkpoints": ["../../../etc/passwd"]}},
+        {**SYNTHETIC, "outputs": {"artifacts": ["/etc/*"]}},
+        {**SYNTHETIC, "outputs": {"checkpoints": ["[z-a].pt"]}},
+        {**SYNTHETIC, "outputs": {"checkpoints": "model.pt"}},
+        {**SYNTHETIC, "outputs": {"checkpoints": ["x" * 257]}},
         [],
         "just a string",
     ],
@@ -70,6 +75,21 @@ def test_invalid_specs_are_refused(api: TestClient, settings: Settings, body: An
     error = assert_error_body(api.post("/v1/jobs", json=body), 422, "validation_error")
     assert error["detail"], "the offending fields are named"
     assert count_jobs(settings) == 0
+
+
+def test_declared_outputs_are_accepted_as_globs_inside_the_working_directory(
+    api: TestClient,
+) -> None:
+    """Their refusals are among the invalid specs above (a path out of it, a broken glob)."""
+    outputs = {"checkpoints": ["./snapshot.pt", "out/checkpoint-*"], "artifacts": ["*.json"]}
+    response = api.post("/v1/jobs", json={**SYNTHETIC, "outputs": outputs})
+    assert response.status_code == 201, response.text
+    assert response.json()["spec"]["outputs"] == {
+        "checkpoints": ["snapshot.pt", "out/checkpoint-*"],
+        "artifacts": ["*.json"],
+    }
+    default = api.post("/v1/jobs", json=SYNTHETIC).json()
+    assert default["spec"]["outputs"] is None
 
 
 def test_non_json_body_is_refused(api: TestClient, settings: Settings) -> None:

@@ -25,7 +25,7 @@ def test_a_copy_stays_what_it_was_whatever_happens_to_its_source(tmp_path: Path)
     kept = tmp_path / "kept"
     kept.mkdir()
     st = source.stat()
-    snapshot = snapshot_file(source, st.st_size, st.st_ino, KeepPlace(kept))
+    snapshot = snapshot_file(source, st.st_size, st.st_ino, KeepPlace(kept, tmp_path))
     assert snapshot.sha256 == hashlib.sha256(b"weights" * 1000).hexdigest()
     with open(source, "r+b") as handle:  # overwritten in place, then removed
         handle.write(b"garbage")
@@ -41,7 +41,7 @@ def test_a_directory_copy_hashes_as_the_directory_streams(tmp_path: Path) -> Non
     (source / "sub" / "state.json").write_text('{"step": 608}')
     (tmp_path / "kept").mkdir()
     files = scan_tree(source)
-    snapshot = snapshot_tree(source, files, KeepPlace(tmp_path / "kept"))
+    snapshot = snapshot_tree(source, files, KeepPlace(tmp_path / "kept", tmp_path))
     digest = TreeDigest(source, files)
     for _ in digest.stream():
         pass
@@ -54,7 +54,7 @@ def test_a_file_of_another_user_is_not_copied(tmp_path: Path) -> None:
     source.write_bytes(b"x")
     st = source.stat()
     with pytest.raises(KeepRefused, match="not the job's own"):
-        snapshot_file(source, 1, st.st_ino, KeepPlace(tmp_path, job_uid=st.st_uid + 1))
+        snapshot_file(source, 1, st.st_ino, KeepPlace(tmp_path, tmp_path, job_uid=st.st_uid + 1))
     assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]  # no copy left behind
 
 
@@ -129,4 +129,4 @@ def test_a_save_during_the_upload_never_tears_what_is_stored(tmp_path: Path) -> 
     key = "checkpoints/j/snapshot.pt"
     assert registrar.written == [(key, hashlib.sha256(saved).hexdigest())]
     assert store.objects[key] == saved
-    assert list((tmp_path / "checkpoints" / "j").iterdir()) == []  # the copy went with the upload
+    assert (tmp_path / key).read_bytes() == saved  # the worker's own copy, for a retry here
