@@ -266,7 +266,10 @@ def _leave_attempt(paths: RunPaths, work: WorkDir | None, job_user: JobUser | No
     attempt's checkpoint directory, which its nodes share, goes with the job)."""
     owner = (os.getuid(), os.stat(paths.data_dir).st_gid) if job_user is not None else None
     if work is not None:
-        work.finish(None if job_user is None else job_user.uid, owner)
+        try:
+            work.finish(None if job_user is None else job_user.uid, owner)
+        except OSError:
+            log.warning("%s: what it wrote could not all be kept", paths.work_dir, exc_info=True)
     shutil.rmtree(paths.work_dir, ignore_errors=True)
     shutil.rmtree(paths.home_dir, ignore_errors=True)
     if paths.checkpoint_dir.parent == paths.run_dir:

@@ -4,6 +4,7 @@
 import os
 import shutil
 import stat
+import uuid
 from pathlib import Path
 
 from service.hardening import tighten as _tighten
@@ -69,7 +70,7 @@ def _drop_foreign(root: Path, uid: int) -> None:
             if st.st_uid != uid:
                 path.unlink()
             elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-                alone = path.with_name(f".{name}.unlinked")
+                alone = path.with_name(f".{name}.{uuid.uuid4().hex}.unlinked")
                 copy_file(path, alone)
                 os.replace(alone, path)
 

@@ -115,6 +115,14 @@ def _open_or_make_dir(parent_fd: int, name: str, owner: tuple[int, int] | None) 
     return fd
 
 
+def _copy_into(source: Path, dir_fd: int, name: str) -> None:
+    """`source` copied as `name` in `dir_fd` (through a temporary name), then removed."""
+    part = f".{name}.{os.getpid()}.part"
+    copy_file(source, Path(f"/proc/self/fd/{dir_fd}") / part)
+    os.rename(part, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    source.unlink()
+
+
 def _move_into(source: Path, root_fd: int, rel: str, owner: tuple[int, int] | None) -> None:
     """Rename `source` to `rel` under `root_fd`, replacing what is there, then make it the
     worker's (`owner`) and readable by the group."""
@@ -127,11 +135,14 @@ def _move_into(source: Path, root_fd: int, rel: str, owner: tuple[int, int] | No
             fd = inner
         try:
             os.rename(source, name, dst_dir_fd=fd)
-        except OSError as exc:  # a directory in the way
-            if exc.errno not in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+        except OSError as exc:
+            if exc.errno == errno.EXDEV:  # artifacts on another filesystem than the runs
+                _copy_into(source, fd, name)
+            elif exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+                shutil.rmtree(name, dir_fd=fd)  # a directory in the way
+                os.rename(source, name, dst_dir_fd=fd)
+            else:
                 raise
-            shutil.rmtree(name, dir_fd=fd)
-            os.rename(source, name, dst_dir_fd=fd)
         kept = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
         try:
             if owner is not None:
