@@ -30,7 +30,8 @@ import psutil
 
 from jobs.contract import env as rank_env
 from worker.cgroups import JobCgroup, cgroup_name
-from worker.isolation import can_switch_users, take_back_directories
+from worker.isolation import can_switch_users
+from worker.job_dirs import take_back_directories
 from worker.launch import NODE_ENV, RunPaths
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from tests.e2e.conftest import stack_of_its_own
 from tests.support.procs import job_processes, wait_until
 from tests.support.stack import Stack
 
-TUTORIAL = Path(__file__).parent / "programs" / "ddp_tutorial"
+TUTORIAL = Path(__file__).parent / "programs" / "ddp_tutorial_series"
 RESUMED = re.compile(r"^Resuming training from snapshot at Epoch (\d+)$")
 
 
