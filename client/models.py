@@ -20,7 +20,10 @@ from jobs.states import TERMINAL_STATES, ExitReason, JobState
 
 __all__ = [
     "ApiModel",
+    "Artifact",
+    "ArtifactPage",
     "Checkpoint",
+    "CodeLimits",
     "CreatedToken",
     "Event",
     "ExitReason",
@@ -36,6 +39,7 @@ __all__ = [
     "Recipe",
     "Token",
     "UploadedCode",
+    "UploadedDirectory",
     "Worker",
 ]
 
@@ -201,6 +205,43 @@ class UploadedCode(ApiModel):
     code_id: str
     sha256: str
     size: int
+
+
+class CodeLimits(ApiModel):
+    """What the API takes of an upload (`GET /v1/code/limits`): its bytes, and the files and
+    bytes an archive may unpack to."""
+
+    max_upload_bytes: int
+    max_code_files: int
+    max_code_unpacked_bytes: int
+
+
+class UploadedDirectory(ApiModel):
+    """A directory packed and sent (or found already sent) by `upload_directory`: its
+    `code_id`, the archive's size, the files in it, whether this call uploaded it, and what
+    was left out that a person may not expect (`[path, why]`: links, odd names)."""
+
+    code_id: str
+    size: int
+    files: list[str]
+    unpacked_bytes: int
+    uploaded: bool
+    skipped: list[tuple[str, str]] = []
+
+
+class Artifact(ApiModel):
+    """A file a job kept (`path` relative to its artifacts, with '/')."""
+
+    path: str
+    size: int
+    modified_at: datetime
+
+
+class ArtifactPage(ApiModel):
+    """`GET /v1/jobs/{id}/artifacts`; `truncated` when the job kept more than it lists."""
+
+    items: list[Artifact]
+    truncated: bool = False
 
 
 class Event(ApiModel):

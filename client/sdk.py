@@ -60,14 +60,14 @@ from client.models import (
     Worker,
 )
 from client.retrying import Download
-from client.transport import SyncTransport
+from client.runs import RunMethods
 from client.unpack import unpack_if_directory
 
 JSON = http.JSON
 ProgressCallback = http.ProgressCallback
 
 
-class Client(SyncTransport):
+class Client(RunMethods):
     """A connection to one Launchbay API; use it as a context manager or call `close()`."""
 
     def __init__(

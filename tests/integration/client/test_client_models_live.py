@@ -16,7 +16,10 @@ from typer.testing import CliRunner
 from client import AsyncClient, Client, NotFound
 from client.cli import CliState, app
 from client.models import (
+    Artifact,
+    ArtifactPage,
     Checkpoint,
+    CodeLimits,
     CreatedToken,
     Job,
     JobPage,
@@ -44,6 +47,10 @@ RECORDS: list[tuple[type[BaseModel], str, str, bool]] = [
     (Token, "get", "/v1/tokens", True),
     (CreatedToken, "post", "/v1/tokens", False),
     (UploadedCode, "post", "/v1/code", False),
+    (UploadedCode, "get", "/v1/code/{code_id}", False),
+    (CodeLimits, "get", "/v1/code/limits", False),
+    (ArtifactPage, "get", "/v1/jobs/{job_id}/artifacts", False),
+    (Artifact, "get", "/v1/jobs/{job_id}/artifacts", True),
 ]
 
 
