@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from client import calls
-from client.artifact_files import chosen, written
+from client.artifact_files import chosen, target_in, written
 from client.errors import NotFound
-from client.models import ArtifactPage, CodeLimits, Job, UploadedCode, UploadedDirectory
+from client.models import Artifact, ArtifactPage, CodeLimits, Job, UploadedCode, UploadedDirectory
 from client.packing import (
     ARCHIVE_NAME,
     PackedDirectory,
@@ -52,6 +52,15 @@ def _options(
     nproc_per_node: int | None, nnodes: int | None, queue: str | None, env: Mapping[str, str] | None
 ) -> RunOptions:
     return RunOptions(nproc_per_node, nnodes, queue, dict(env or {}))
+
+
+def _names(dest: Path, listed: list[Artifact], path: str | None) -> list[str]:
+    """The artifacts to fetch: the listed ones `path` names, each checked to land in `dest`
+    before anything is fetched; else `path` itself, for the API to answer."""
+    wanted = [item.path for item in chosen(listed, path)]
+    for name in wanted:
+        target_in(dest, name)
+    return wanted or ([] if path is None else [path])
 
 
 def _program(command: Sequence[str], directory: PathLike) -> tuple[Path, Program]:
@@ -134,8 +143,7 @@ class RunMethods(SyncTransport):
         (UnsafeArtifactPath), whatever the paths say; a path that is not listed is asked of
         the API as it is (NotFound when it has no such artifact)."""
         base = Path(dest)
-        wanted = chosen(self.list_artifacts(job_id).items, path)
-        names = [item.path for item in wanted] or ([] if path is None else [path])
+        names = _names(base, self.list_artifacts(job_id).items, path)
         saved = []
         for name in names:
             with self._stream(calls.artifact_download(job_id, name)) as answer:
@@ -200,8 +208,7 @@ class AsyncRunMethods(AsyncTransport):
         self, job_id: str, path: str | None = None, dest: PathLike = "."
     ) -> list[Path]:
         base = Path(dest)
-        wanted = chosen((await self.list_artifacts(job_id)).items, path)
-        names = [item.path for item in wanted] or ([] if path is None else [path])
+        names = _names(base, (await self.list_artifacts(job_id)).items, path)
         saved = []
         for name in names:
             async with self._stream(calls.artifact_download(job_id, name)) as answer:

@@ -1,6 +1,7 @@
 """`launchbay run` and `launchbay artifacts` against a fake API: what is sent (and what is
 not), where downloads land (never outside DEST), and the exit status of each outcome."""
 
+import asyncio
 import hashlib
 import json
 import os
@@ -11,6 +12,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner, Result
 
+from client import AsyncClient
+from client.artifact_files import UnsafeArtifactPath
 from client.cli import CliState, app
 from client.models import CodeLimits
 from client.packing import packed_directory
@@ -184,3 +187,28 @@ def test_paths_a_hostile_server_lists_are_never_written_outside_dest(
         result = launchbay(api, "artifacts", "j1", "-o", str(dest))
         assert result.exit_code == 1 and "refusing to write artifact" in result.stderr, path
     assert list(outside.iterdir()) == [] and not (tmp_path / "evil").exists()
+
+
+def test_the_async_client_runs_a_directory_and_downloads_as_the_client_does(
+    api: FakeApi, project: Path, tmp_path: Path
+) -> None:
+    serving_jobs(api)
+    api.on("POST", "/v1/code", reply(201, {"code_id": "x", "sha256": "x", "size": 1}))
+    api.on("GET", ARTIFACTS, reply(200, {"items": [artifact("a/b.txt"), artifact("../up")]}))
+    api.on("GET", ARTIFACTS + "/a/b.txt", reply(200, content=b"abc"))
+
+    async def scenario(lb: AsyncClient) -> None:
+        submitted = await lb.run_program(["torchrun", "--nnodes", "1", "train.py"])
+        assert submitted.id == "j1"
+        assert sent_spec(api)["nnodes"] == 1 and len(uploads(api)) == 1
+        with pytest.raises(UnsafeArtifactPath):
+            await lb.download_artifacts("j1", dest=tmp_path / "d")
+        assert await lb.download_artifacts("j1", "a", tmp_path / "d") == [tmp_path / "d/a/b.txt"]
+
+    async def main() -> None:
+        async with AsyncClient(API_URL, "t", transport=httpx.MockTransport(api)) as lb:
+            await scenario(lb)
+
+    asyncio.run(main())
+    assert (tmp_path / "d" / "a" / "b.txt").read_bytes() == b"abc"
+    assert not (tmp_path / "up").exists()
