@@ -150,8 +150,8 @@ def get_code(code_id: str) -> Call[models.UploadedCode]:
     return Call("GET", f"/v1/code/{quote(code_id, safe='')}", models.UploadedCode.model_validate)
 
 
-def get_code_limits() -> Call[models.CodeLimits]:
-    return Call("GET", "/v1/code/limits", models.CodeLimits.model_validate)
+def get_limits() -> Call[models.Limits]:
+    return Call("GET", "/v1/limits", models.Limits.model_validate)
 
 
 def list_artifacts(job_id: str) -> Call[models.ArtifactPage]:

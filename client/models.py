@@ -23,13 +23,13 @@ __all__ = [
     "Artifact",
     "ArtifactPage",
     "Checkpoint",
-    "CodeLimits",
     "CreatedToken",
     "Event",
     "ExitReason",
     "Job",
     "JobPage",
     "JobState",
+    "Limits",
     "LogLine",
     "LogPage",
     "MetricPage",
@@ -207,8 +207,8 @@ class UploadedCode(ApiModel):
     size: int
 
 
-class CodeLimits(ApiModel):
-    """What the API takes of an upload (`GET /v1/code/limits`): its bytes, and the files and
+class Limits(ApiModel):
+    """What the API takes of an upload (`GET /v1/limits`): its bytes, and the files and
     bytes an archive may unpack to."""
 
     max_upload_bytes: int

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from client.errors import PackError
-from client.models import CodeLimits
+from client.models import Limits
 from client.selection import IGNORE_FILE, select_files
 
 ARCHIVE_NAME = "directory.tar.gz"
@@ -60,13 +60,13 @@ def temporary_archive() -> Iterator[Path]:
 
 
 @contextmanager
-def packed_directory(root: Path, limits: CodeLimits) -> Iterator[PackedDirectory]:
+def packed_directory(root: Path, limits: Limits) -> Iterator[PackedDirectory]:
     """Pack `root` into a temporary archive, removed when the block ends."""
     with temporary_archive() as archive:
         yield pack_directory(root, limits, archive)
 
 
-def pack_directory(root: Path, limits: CodeLimits, archive: Path) -> PackedDirectory:
+def pack_directory(root: Path, limits: Limits, archive: Path) -> PackedDirectory:
     """Write `root`'s archive to `archive`, or raise PackError before it passes a limit."""
     try:
         selection = select_files(root)
@@ -105,7 +105,7 @@ def pack_directory(root: Path, limits: CodeLimits, archive: Path) -> PackedDirec
     )
 
 
-def _check_unpacked(sizes: dict[str, int], limits: CodeLimits) -> None:
+def _check_unpacked(sizes: dict[str, int], limits: Limits) -> None:
     if len(sizes) > limits.max_code_files:
         raise _too_large(
             "archive_too_large",

@@ -1,5 +1,5 @@
 """`Client`'s and `AsyncClient`'s methods for running a directory's program as it is, and for
-the files a job kept: `upload_directory`, `run_program`, `get_code`, `get_code_limits`,
+the files a job kept: `upload_directory`, `run_program`, `get_code`, `get_limits`,
 `list_artifacts`, `download_artifacts`.
 
 The rules live in pure modules, shared by both: `client.program` (the command as spec
@@ -16,7 +16,7 @@ from typing import Any
 from client import calls
 from client.artifact_files import chosen, target_in, written
 from client.errors import NotFound
-from client.models import Artifact, ArtifactPage, CodeLimits, Job, UploadedCode, UploadedDirectory
+from client.models import Artifact, ArtifactPage, Job, Limits, UploadedCode, UploadedDirectory
 from client.packing import (
     ARCHIVE_NAME,
     PackedDirectory,
@@ -79,9 +79,9 @@ class RunMethods(SyncTransport):
         have not uploaded it (whoever else did)."""
         return self._call(calls.get_code(code_id))
 
-    def get_code_limits(self) -> CodeLimits:
+    def get_limits(self) -> Limits:
         """The most an upload may be, hold and unpack to (the API's settings)."""
-        return self._call(calls.get_code_limits())
+        return self._call(calls.get_limits())
 
     def upload_directory(self, directory: PathLike = ".") -> UploadedDirectory:
         """Pack `directory` (honouring `.gitignore` and `.launchbayignore`; links are not
@@ -89,7 +89,7 @@ class RunMethods(SyncTransport):
         bytes before (`uploaded` says which). PackError, before any upload, when nothing is
         left to pack, a file cannot be read, or the archive passes the API's limits (naming
         the biggest files)."""
-        with packed_directory(Path(directory), self.get_code_limits()) as packed:
+        with packed_directory(Path(directory), self.get_limits()) as packed:
             return self._upload_packed(packed)
 
     def _upload_packed(self, packed: PackedDirectory) -> UploadedDirectory:
@@ -122,7 +122,7 @@ class RunMethods(SyncTransport):
         job cannot run, or a script that was not packed; `on_upload` is called with the
         upload before the job is submitted."""
         root, program = _program(command, directory)
-        with packed_directory(root, self.get_code_limits()) as packed:
+        with packed_directory(root, self.get_limits()) as packed:
             check_packed(program, packed.files)
             code = self._upload_packed(packed)
         if on_upload is not None:
@@ -160,14 +160,14 @@ class AsyncRunMethods(AsyncTransport):
     async def get_code(self, code_id: str) -> UploadedCode:
         return await self._call(calls.get_code(code_id))
 
-    async def get_code_limits(self) -> CodeLimits:
-        return await self._call(calls.get_code_limits())
+    async def get_limits(self) -> Limits:
+        return await self._call(calls.get_limits())
 
     async def upload_directory(self, directory: PathLike = ".") -> UploadedDirectory:
         return await self._upload(Path(directory), None)
 
     async def _upload(self, root: Path, program: Program | None) -> UploadedDirectory:
-        limits = await self.get_code_limits()
+        limits = await self.get_limits()
         with temporary_archive() as archive:
             packed = await asyncio.to_thread(pack_directory, root, limits, archive)
             if program is not None:

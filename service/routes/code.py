@@ -1,8 +1,8 @@
 """Uploaded user code: `POST /v1/code` stores a .py, .zip or .tar.gz for jobs to run;
 `GET /v1/code/{code_id}` says whether the caller has uploaded those bytes (404 otherwise,
 whoever else did: nobody learns what another owner uploaded), so a client sends a directory
-only when it is new; `GET /v1/code/limits` gives the upload limits, so it can refuse a
-directory before sending it; `DELETE /v1/code/{code_id}` takes an upload back."""
+only when it is new; `DELETE /v1/code/{code_id}` takes an upload back. What an upload may
+be is `GET /v1/limits` (service.routes.limits)."""
 
 import logging
 from dataclasses import replace
@@ -27,12 +27,6 @@ class CodePublic(BaseModel):
     code_id: str
     sha256: str
     size: int
-
-
-class CodeLimitsPublic(BaseModel):
-    max_upload_bytes: int
-    max_code_files: int
-    max_code_unpacked_bytes: int
 
 
 # The route reads its body itself (service.uploads); this documents it for clients and tools.
@@ -119,16 +113,6 @@ def _limits_for(
     code_usage.check_stored_quota(usage, received.size, settings.code_quota_bytes)
     left = settings.code_quota_unpacked_bytes - usage.unpacked_bytes
     return replace(limits, quota_left=left)
-
-
-@router.get("/limits", response_model=CodeLimitsPublic)
-def get_code_limits(settings: SettingsDep, _: CurrentPrincipal) -> CodeLimitsPublic:
-    """The most an upload may be (413 beyond), hold and unpack to (413 archive_too_large)."""
-    return CodeLimitsPublic(
-        max_upload_bytes=settings.max_upload_bytes,
-        max_code_files=settings.max_code_files,
-        max_code_unpacked_bytes=settings.max_code_unpacked_bytes,
-    )
 
 
 @router.get("/{code_id}", response_model=CodePublic)

@@ -1,5 +1,5 @@
 """`GET /v1/code/{code_id}` (and HEAD), which a client asks before uploading a directory, and
-`GET /v1/code/limits`, by which it refuses a directory before sending it."""
+`GET /v1/limits`, by which it refuses a directory before sending it."""
 
 import hashlib
 
@@ -42,11 +42,11 @@ def test_only_the_uploader_learns_that_the_bytes_are_stored(api: TestClient) -> 
 
 
 def test_the_limits_are_the_settings(api: TestClient, settings: Settings) -> None:
-    limits = api.get("/v1/code/limits")
+    limits = api.get("/v1/limits")
     assert limits.status_code == 200
     assert limits.json() == {
         "max_upload_bytes": settings.max_upload_bytes,
         "max_code_files": settings.max_code_files,
         "max_code_unpacked_bytes": settings.max_code_unpacked_bytes,
     }
-    assert_error_body(api.get("/v1/code/limits", headers={"Authorization": ""}), 401)
+    assert_error_body(api.get("/v1/limits", headers={"Authorization": ""}), 401)

@@ -15,7 +15,7 @@ from typer.testing import CliRunner, Result
 from client import AsyncClient
 from client.artifact_files import UnsafeArtifactPath
 from client.cli import CliState, app
-from client.models import CodeLimits
+from client.models import Limits
 from client.packing import packed_directory
 from client.sdk import Client
 from tests.unit.client.conftest import API_URL, FakeApi, job, reply
@@ -46,7 +46,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def serving_jobs(api: FakeApi, end: str = "succeeded") -> FakeApi:
-    api.on("GET", "/v1/code/limits", reply(200, LIMITS))
+    api.on("GET", "/v1/limits", reply(200, LIMITS))
     api.on("POST", "/v1/jobs", reply(201, job(state="queued")))
     return api.on("GET", "/v1/jobs/j1", reply(200, job(state=end, exit_reason="completed")))
 
@@ -83,7 +83,7 @@ def test_run_uploads_a_new_directory_submits_and_follows(api: FakeApi, project: 
 
 def test_run_does_not_upload_what_the_api_has(api: FakeApi, project: Path) -> None:
     serving_jobs(api)
-    with packed_directory(project, CodeLimits(**LIMITS)) as packed:
+    with packed_directory(project, Limits(**LIMITS)) as packed:
         sha256 = packed.sha256
     api.on(
         "GET", f"/v1/code/{sha256}", reply(200, {"code_id": sha256, "sha256": sha256, "size": 1})
@@ -113,7 +113,7 @@ def test_a_directory_over_the_limit_is_refused_before_uploading(
     assert result.exit_code == 1
     assert result.stderr.startswith("error payload_too_large: the directory packs to more than")
     assert "the biggest files: weights.bin (3.0 MiB), train.py (18 bytes)" in result.stderr
-    assert [r.url.path for r in api.requests] == ["/v1/code/limits"]
+    assert [r.url.path for r in api.requests] == ["/v1/limits"]
 
 
 @pytest.mark.parametrize(

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from client.errors import PackError
-from client.models import CodeLimits
+from client.models import Limits
 from client.packing import pack_directory, packed_directory
 from client.selection import select_files
 from service.archives import Unpacker, UnpackLimits, unpack_tar
 
-LIMITS = CodeLimits(max_upload_bytes=1 << 30, max_code_files=1000, max_code_unpacked_bytes=1 << 30)
+LIMITS = Limits(max_upload_bytes=1 << 30, max_code_files=1000, max_code_unpacked_bytes=1 << 30)
 
 
 def tree(root: Path, files: dict[str, bytes | str]) -> Path:
