@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from client import render
-from client.cli.base import app, err, out, print_json, state_of
+from client.cli.base import EXIT_INTERRUPTED, app, err, fail, out, print_json, state_of
 from client.cli.jobs import JobId, JsonFlag
 from client.errors import CommandError
 from client.models import UploadedDirectory
@@ -49,6 +49,7 @@ def run(
         typer.Argument(
             help="The program, as you run it: python train.py ARGS, train.py ARGS, or "
             "torchrun [--nproc-per-node N] [--nnodes N] train.py ARGS.",
+            metavar="COMMAND",
             show_default=False,
         ),
     ],
@@ -90,7 +91,10 @@ def run(
         else:
             console = out()
             err().print(f"submitted job {job.id} ({job.name})")
-            job = follow_job(lb, job.id, console)
+            try:
+                job = follow_job(lb, job.id, console)
+            except KeyboardInterrupt:
+                fail(f"stopped following; job {job.id} goes on", EXIT_INTERRUPTED)
             console.print(describe_end(job))
     raise typer.Exit(exit_code_for(job))
 

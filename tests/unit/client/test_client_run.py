@@ -97,6 +97,17 @@ def test_run_does_not_upload_what_the_api_has(api: FakeApi, project: Path) -> No
     assert (spec["nproc_per_node"], spec["args"]) == (2, ["--nproc-per-node", "9"])
 
 
+def test_a_spec_file_gives_the_other_fields(api: FakeApi, project: Path) -> None:
+    serving_jobs(api)
+    api.on("POST", "/v1/code", reply(201, {"code_id": "x", "sha256": "x", "size": 1}))
+    (project / "job.yaml").write_text("name: mine\ndevice: cpu\nnproc_per_node: 4\nargs: [a]\n")
+    result = launchbay(api, "run", "-f", "job.yaml", "--env", "A=1=2", "--", "train.py", "b")
+    assert result.exit_code == 0, result.output
+    spec = sent_spec(api)
+    assert (spec["name"], spec["device"], spec["nproc_per_node"]) == ("mine", "cpu", 4)
+    assert (spec["args"], spec["env"]) == (["b"], {"A": "1=2"})
+
+
 @pytest.mark.parametrize(("end", "status"), [("failed", 1), ("cancelled", 2)])
 def test_run_exits_as_submit_wait(api: FakeApi, project: Path, end: str, status: int) -> None:
     serving_jobs(api, end)
