@@ -17,6 +17,7 @@ read, or changed while it was read: all of them named).
 import gzip
 import hashlib
 import os
+import re
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -29,18 +30,21 @@ from client.errors import PackError
 from client.models import Limits
 from client.selection import IGNORE_FILE, select_files
 
-ARCHIVE_NAME = "directory.tar.gz"
+ARCHIVE_SUFFIX = ".tar.gz"
+NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+MAX_NAME_CHARS = 200
 GZIP_LEVEL = 6
 SHOWN_FILES = 5
-CHUNK = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class PackedDirectory:
-    """The archive (a temporary file), its sha256 and size, the files in it, their bytes, and
-    what was left out that a person may not expect: `(path, why)`."""
+    """The archive (a temporary file), the name it is uploaded under (the directory's), its
+    sha256 and size, the files in it, their bytes, and what was left out that a person may
+    not expect: `(path, why)`."""
 
     path: Path
+    name: str
     sha256: str
     size: int
     files: list[str]
@@ -97,12 +101,20 @@ def pack_directory(root: Path, limits: Limits, archive: Path) -> PackedDirectory
         raise _unreadable(failed)
     return PackedDirectory(
         path=archive,
+        name=archive_name(root),
         sha256=sink.digest.hexdigest(),
         size=sink.size,
         files=selection.files,
         unpacked_bytes=sum(sizes.values()),
         skipped=selection.skipped,
     )
+
+
+def archive_name(root: Path) -> str:
+    """`<directory>.tar.gz`, in letters, digits and `._-` (the API records it with the
+    upload)."""
+    stem = NAME_CHARS.sub("-", root.absolute().name).strip("-.")[:MAX_NAME_CHARS]
+    return (stem or "directory") + ARCHIVE_SUFFIX
 
 
 def _check_unpacked(sizes: dict[str, int], limits: Limits) -> None:

@@ -18,7 +18,6 @@ from client.artifact_files import chosen, target_in, written
 from client.errors import NotFound
 from client.models import Artifact, ArtifactPage, Job, Limits, UploadedCode, UploadedDirectory
 from client.packing import (
-    ARCHIVE_NAME,
     PackedDirectory,
     pack_directory,
     packed_directory,
@@ -98,7 +97,7 @@ class RunMethods(SyncTransport):
         except NotFound:
             pass
         with packed.path.open("rb") as content:
-            return _uploaded(packed, self._call(calls.upload_code(ARCHIVE_NAME, content)), True)
+            return _uploaded(packed, self._call(calls.upload_code(packed.name, content)), True)
 
     def run_program(
         self,
@@ -177,7 +176,7 @@ class AsyncRunMethods(AsyncTransport):
             except NotFound:
                 pass
             with packed.path.open("rb") as content:
-                code = await self._call(calls.upload_code(ARCHIVE_NAME, content))
+                code = await self._call(calls.upload_code(packed.name, content))
             return _uploaded(packed, code, True)
 
     async def run_program(

@@ -77,6 +77,7 @@ def test_run_uploads_a_new_directory_submits_and_follows(api: FakeApi, project: 
         "nproc_per_node": 1,
         "queue": "q",
     }
+    assert b'filename="mnist.tar.gz"' in body
     assert "packed 1 files" in result.stderr and ": uploaded" in result.stderr
     assert "job j1 succeeded (completed)" in result.stdout
 
