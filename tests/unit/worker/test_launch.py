@@ -123,6 +123,7 @@ def test_python_launcher() -> None:
         str(RANK_ENTRY),
         "--log-dir",
         str(PATHS.log_dir),
+        "--children",
         "--script",
         str(PATHS.code_dir / "main.py"),
         "b",
