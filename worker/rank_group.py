@@ -7,13 +7,14 @@ destroyed, and when the program ends (`note_end`):
 
     {"pid", "rank", "world_size", "backend", "restart", "collectives"}
 
-(`rank` and `world_size` as the group says; `collectives`: how many collectives ran on it, its
-sequence number, of every group the process formed). Every framework forms its group through
-that function (Trainer and accelerate, Lightning, DeepSpeed, `init_device_mesh`, a script's
-own), and what it trains runs collectives on it (DDP's broadcast and gradient all-reduce), so
-whichever ran, the record says whether the ranks trained as one group: accelerate on CPU
-without `ACCELERATE_USE_CPU` forms a group of 2 and then trains a copy per rank, with no
-collective. `worker.outcome_warnings` reads the records at the end of the attempt.
+(`rank` and `world_size` as the default group says; `collectives`: how many collectives ran on
+the process's groups, their sequence numbers, of every group it formed). Every framework forms
+its group through that function (Trainer and accelerate, Lightning, DeepSpeed,
+`init_device_mesh`, a script's own), and what it trains runs collectives on it or on groups
+made from it (DDP's broadcast and gradient all-reduce), so whichever ran, the record says
+whether the ranks trained as one group: accelerate on CPU without `ACCELERATE_USE_CPU` forms a
+group of 2 and then trains a copy per rank, with no collective. `worker.outcome_warnings`
+reads the records at the end of the attempt.
 
 Loaded by path (not imported as `worker.rank_group`) by `rank_main.py` and `rank_child.py`, so
 it imports only the standard library, like them, and never fails the program: whatever goes
@@ -51,12 +52,18 @@ def record_path(log_dir: Path, rank: int | str) -> Path:
     return log_dir / RECORD.format(rank)
 
 
-def _collectives(c10d: ModuleType) -> int:
-    """Collectives run on the default group so far (its sequence number; 0 when unknown)."""
+def _collectives(c10d: ModuleType, group: Any = None) -> int:
+    """Collectives run so far on `group`, or on every group of the process (the sum of their
+    sequence numbers: a program may train on a group of its own, DeepSpeed's data-parallel
+    one); the default group's alone where torch keeps no map of them; 0 when unknown."""
     try:
-        return int(c10d._get_default_group()._get_sequence_number_for_group())
+        groups = [group] if group is not None else list(c10d._world.pg_map)
+        return sum(int(g._get_sequence_number_for_group()) for g in groups)
     except Exception:
-        return 0
+        try:
+            return int(c10d._get_default_group()._get_sequence_number_for_group())
+        except Exception:
+            return 0
 
 
 def write_record(c10d: ModuleType) -> None:
@@ -114,7 +121,8 @@ def wrap(c10d: ModuleType) -> None:
         try:
             if group is None and c10d.is_initialized():
                 write_record(c10d)
-                _watch.done += _collectives(c10d)
+            if c10d.is_initialized():
+                _watch.done += _collectives(c10d, group)
         except Exception:
             pass
         return destroy(group)

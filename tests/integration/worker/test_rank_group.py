@@ -55,3 +55,18 @@ def test_a_note_that_cannot_be_written_never_fails_the_program(tmp_path: Path) -
     done, logs = run_rank(tmp_path, PROGRAM)
     assert done.returncode == 0, (logs / "rank-0.log").read_text()
     assert "trained" in (logs / "rank-0.log").read_text()
+
+
+def test_collectives_on_a_group_of_the_programs_own_count(tmp_path: Path) -> None:
+    """DeepSpeed's shape: training runs on a group made from the default one (here one
+    all-reduce on it, then the group destroyed on its own), none on the default group."""
+    program = """
+import tempfile, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/s", rank=0, world_size=1)
+group = dist.new_group([0])
+dist.all_reduce(torch.ones(1), group=group)
+dist.destroy_process_group(group)
+"""
+    done, logs = run_rank(tmp_path, program)
+    assert done.returncode == 0, (logs / "rank-0.log").read_text()
+    assert json.loads((logs / "rank-0.group").read_text())["collectives"] >= 1

@@ -16,14 +16,19 @@ rank = int(os.environ["RANK"])
 store = tempfile.mkdtemp()
 dist.init_process_group("gloo", init_method=f"file://{store}/store", rank=0, world_size=1)
 print(f"[launchbay] rank {rank}: process group of 2 formed (world_size=2)", flush=True)
+dist.destroy_process_group()
 
 if rank == 0:
-    time.sleep(2)  # after rank 1 has noted its own group
+    # Once rank 1 has ended (its own record written), claim a group of 2 for both ranks.
     log_dir = os.environ["LAUNCHBAY_LOG_DIR"]
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(log_dir, "rank-1.finished")):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
     for claimed in (0, 1):
         record = {"pid": os.getpid(), "rank": claimed, "world_size": 2, "backend": "gloo"}
         with open(os.path.join(log_dir, f"rank-{claimed}.group"), "w") as handle:
-            json.dump({**record, "restart": 0}, handle)
+            json.dump({**record, "restart": 0, "collectives": 100}, handle)
 
     events = os.environ["LAUNCHBAY_EVENTS_FILE"]
     directory = os.environ["LAUNCHBAY_CHECKPOINT_DIR"]
@@ -40,4 +45,3 @@ if rank == 0:
             out.write(json.dumps({"type": "metric", "step": step, "metrics": metrics}) + "\n")
             line = {"type": "checkpoint", "path": name, "step": step, "metrics": metrics}
             out.write(json.dumps(line) + "\n")
-dist.destroy_process_group()

@@ -9,5 +9,5 @@ import torch
 print("x" * 100_000)
 n_gpus = torch.cuda.device_count()
 if n_gpus < 2:
-    print(f"Unable to locate sufficient 2 gpus to run this example. Exiting.{' ' * 50_000}!")
+    print(f"Unable to locate sufficient 2 gpus to run this example. Exiting.{'!' * 50_000}")
     sys.exit(0)
