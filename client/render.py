@@ -178,20 +178,27 @@ def job_table(job: dict[str, Any], checkpoints: list[dict[str, Any]] | None = No
 
 
 def metrics_table(points: Iterable[dict[str, Any]]) -> Table:
-    """Metric points pivoted: one row per (step, epoch), one column per metric name."""
-    rows: dict[tuple[Any, Any], dict[str, Any]] = {}
+    """Metric points pivoted: one row per (step, epoch), one column per metric name; with an
+    `attempt` column when more than one attempt reported (a retry that resumes reports its
+    steps again: each attempt's row is its own)."""
+    rows: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
     names: list[str] = []
     for point in points:
         if point["name"] not in names:
             names.append(point["name"])
-        rows.setdefault((point.get("step"), point.get("epoch")), {})[point["name"]] = point["value"]
+        key = (point.get("attempt"), point.get("step"), point.get("epoch"))
+        rows.setdefault(key, {})[point["name"]] = point["value"]
+    attempts = len({attempt for attempt, _, _ in rows}) > 1
     table = new_table()
+    if attempts:
+        table.add_column("attempt", justify="right")
     table.add_column("step", justify="right")
     table.add_column("epoch", justify="right")
     for name in names:
         table.add_column(name, justify="right")
-    for (step, epoch), values in rows.items():
+    for (attempt, step, epoch), values in rows.items():
         table.add_row(
+            *([format_number(attempt)] if attempts else []),
             format_number(step),
             format_number(epoch),
             *(format_number(values.get(n)) for n in names),

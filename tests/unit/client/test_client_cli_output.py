@@ -300,7 +300,7 @@ def test_a_closed_pipe_ends_quietly_with_status_0(tmp_path: Path) -> None:
         [sys.executable, str(program)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     ) as proc:
         assert proc.stdout is not None and proc.stderr is not None
-        assert proc.stdout.readline() == b"seq,step,epoch,name,value,ts\r\n"
+        assert proc.stdout.readline() == b"seq,step,epoch,name,value,ts,attempt\r\n"
         proc.stdout.close()  # what `head` does once it has its line
         stderr = proc.stderr.read().decode()
         status = proc.wait(timeout=60)
