@@ -80,6 +80,8 @@ class Job(ApiModel):
     # While queued under the dispatcher: its place in the queue (1 first) and why it waits.
     queue_position: int | None = None
     pending_reason: str | None = None
+    # What went wrong without failing the job (ranks that never formed one process group...).
+    warnings: list[str] = []
 
     def is_terminal(self) -> bool:
         """True once the job is `succeeded`, `failed` or `cancelled`."""

@@ -236,7 +236,8 @@ def _run(
             result.processes = list(monitor.tree.records.values())
         if result.outcome is not None:
             succeeded = result.outcome.state is JobState.SUCCEEDED
-            result.outcome = with_notes(result.outcome, monitor.notes(succeeded))
+            notes, warnings = monitor.notes(succeeded), monitor.warnings(succeeded)
+            result.outcome = with_notes(result.outcome, notes, warnings)
     except LaunchProblem as exc:
         result.outcome = Outcome(JobState.FAILED, ExitReason.LAUNCH_ERROR, None, str(exc))
     except EnvironmentProblem as exc:

@@ -16,9 +16,9 @@ A reported file (or directory) is registered when it
 - is still the same after that.
 
 Retention keeps the last `keep_last` checkpoints of the job (every attempt) plus the best by
-`best_metric`; rows are retired first (kept, marked deleted, with a `checkpoint_deleted`
-event), then files deleted (in the store, and the worker's own copy), so no live row ever
-points at a deleted file.
+`best_metric` (every one while no checkpoint reports that metric); rows are retired first
+(kept, marked deleted, with a `checkpoint_deleted` event), then files deleted (in the store,
+and the worker's own copy), so no live row ever points at a deleted file.
 """
 
 import errno
@@ -171,12 +171,16 @@ def sha256_file(path: Path) -> str:
 
 
 def select_retained(checkpoints: Sequence[Checkpoint], policy: CheckpointPolicy) -> set[str]:
-    """Ids to keep: the last `keep_last` by seq, plus the best (`CheckpointPolicy.best`)."""
+    """Ids to keep: the last `keep_last` by seq, plus the best (`CheckpointPolicy.best`); all
+    of them while the policy's `best_metric` is one no checkpoint reports (a name mistyped, or
+    not reported yet): which one is the best is not known, so none goes for not being it."""
     ordered = sorted(checkpoints, key=lambda c: c.seq)
     keep = {c.id for c in ordered[-policy.keep_last :]}
     best = policy.best(ordered, metrics=lambda c: c.metrics, seq=lambda c: c.seq)
     if best is not None:
         keep.add(best.id)
+    elif policy.best_metric:
+        keep.update(c.id for c in ordered)
     return keep
 
 
