@@ -40,7 +40,8 @@ def run(minutes: float | None = None, jobs: int | None = None) -> list[Result]:
         root = Path(tempfile.mkdtemp(prefix="launchbay-chaos-"))
         with database(kind) as url, soak_stack(root, url) as soak:
             report = run_soak(soak.stack, soak.redis, plan, soak.integrity)
-        details = "; ".join(report.stuck + report.failed + report.gaps + report.duplicates)
+        problems = report.stuck + report.failed + report.gaps + report.duplicates
+        problems += report.bad_checkpoints + report.orphans
         results.append(
             Result(
                 f"R12 {kind}",
@@ -48,7 +49,7 @@ def run(minutes: float | None = None, jobs: int | None = None) -> list[Result]:
                 report.summary(),
                 GOAL,
                 report.clean,
-                (details + "; " + "; ".join(report.bad_checkpoints + report.orphans))[:2000],
+                "; ".join(problems)[:2000],
             )
         )
     return results

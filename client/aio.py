@@ -45,12 +45,12 @@ from client.models import (
     Worker,
 )
 from client.retrying import Download
-from client.transport import AsyncTransport
+from client.runs import AsyncRunMethods
 
 JSON = http.JSON
 
 
-class AsyncClient(AsyncTransport):
+class AsyncClient(AsyncRunMethods):
     """An asynchronous connection to one Launchbay API; `async with` it or `await aclose()`."""
 
     def __init__(

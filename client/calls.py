@@ -146,6 +146,23 @@ def upload_code(filename: str, content: BinaryIO) -> Call[models.UploadedCode]:
     return Call("POST", "/v1/code", models.UploadedCode.model_validate, retry=False, files=files)
 
 
+def get_code(code_id: str) -> Call[models.UploadedCode]:
+    return Call("GET", f"/v1/code/{quote(code_id, safe='')}", models.UploadedCode.model_validate)
+
+
+def get_limits() -> Call[models.Limits]:
+    return Call("GET", "/v1/limits", models.Limits.model_validate)
+
+
+def list_artifacts(job_id: str) -> Call[models.ArtifactPage]:
+    return Call("GET", http.job_path(job_id, "artifacts"), models.ArtifactPage.model_validate)
+
+
+def artifact_download(job_id: str, path: str) -> Call[None]:
+    """An artifact's bytes, read as they come; `path` is sent as one escaped segment."""
+    return streamed(http.job_path(job_id, "artifacts", path), {"Accept": "*/*"})
+
+
 def list_recipes() -> Call[list[models.Recipe]]:
     return Call("GET", "/v1/recipes", _items(models.Recipe))
 

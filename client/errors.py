@@ -12,6 +12,8 @@ Catch `LaunchbayClientError` for everything, or one branch of the tree:
      │    └── ServiceUnavailable  503: the database or Redis does not answer
      ├── ConnectionFailed       no answer at all (refused, reset, timed out), after any retries
      ├── ChecksumMismatch       a downloaded file's sha256 differs from the server's ETag
+     ├── PackError              a directory to run cannot be packed (code, message, detail)
+     ├── CommandError           a program to run is not one a job can run (code, message)
      └── WaitTimeout            `wait_for_job` ran past its timeout (also a `TimeoutError`)
 """
 
@@ -76,6 +78,27 @@ class ChecksumMismatch(LaunchbayClientError):
         self.path = path
         self.expected = expected
         self.actual = actual
+
+
+class PackError(LaunchbayClientError):
+    """`run_program`/`upload_directory` refused a directory before uploading it: `code` says
+    why (`nothing_to_pack`, `archive_too_large`, `payload_too_large`, `unreadable_file`)."""
+
+    def __init__(self, code: str, message: str, detail: Any = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.detail = detail
+
+
+class CommandError(LaunchbayClientError):
+    """The command given to `run_program` is not one a job can run (`code`:
+    `invalid_command`), or names a script that was not packed (`entrypoint_not_packed`)."""
+
+    def __init__(self, message: str, code: str = "invalid_command") -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
 
 
 class WaitTimeout(LaunchbayClientError, TimeoutError):

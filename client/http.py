@@ -72,7 +72,11 @@ class Outage:
 
 
 def job_path(job_id: str, *rest: str) -> str:
-    return "/".join(["/v1/jobs", *(quote(str(part), safe="") for part in (job_id, *rest))])
+    """The path of a job's route: every part one segment, its '/' and '.' escaped too, so a
+    part such as an artifact's `../x` reaches the API as written (httpx would resolve a bare
+    `..` segment away)."""
+    parts = (quote(str(part), safe="").replace(".", "%2E") for part in (job_id, *rest))
+    return "/".join(["/v1/jobs", *parts])
 
 
 def token_path(name: str) -> str:

@@ -20,6 +20,8 @@ from jobs.states import TERMINAL_STATES, ExitReason, JobState
 
 __all__ = [
     "ApiModel",
+    "Artifact",
+    "ArtifactPage",
     "Checkpoint",
     "CreatedToken",
     "Event",
@@ -27,6 +29,7 @@ __all__ = [
     "Job",
     "JobPage",
     "JobState",
+    "Limits",
     "LogLine",
     "LogPage",
     "MetricPage",
@@ -36,6 +39,7 @@ __all__ = [
     "Recipe",
     "Token",
     "UploadedCode",
+    "UploadedDirectory",
     "Worker",
 ]
 
@@ -76,6 +80,8 @@ class Job(ApiModel):
     # While queued under the dispatcher: its place in the queue (1 first) and why it waits.
     queue_position: int | None = None
     pending_reason: str | None = None
+    # What went wrong without failing the job (ranks that never formed one process group...).
+    warnings: list[str] = []
 
     def is_terminal(self) -> bool:
         """True once the job is `succeeded`, `failed` or `cancelled`."""
@@ -201,6 +207,43 @@ class UploadedCode(ApiModel):
     code_id: str
     sha256: str
     size: int
+
+
+class Limits(ApiModel):
+    """What the API takes of an upload (`GET /v1/limits`): its bytes, and the files and
+    bytes an archive may unpack to."""
+
+    max_upload_bytes: int
+    max_code_files: int
+    max_code_unpacked_bytes: int
+
+
+class UploadedDirectory(ApiModel):
+    """A directory packed and sent (or found already sent) by `upload_directory`: its
+    `code_id`, the archive's size, the files in it, whether this call uploaded it, and what
+    was left out that a person may not expect (`[path, why]`: links, odd names)."""
+
+    code_id: str
+    size: int
+    files: list[str]
+    unpacked_bytes: int
+    uploaded: bool
+    skipped: list[tuple[str, str]] = []
+
+
+class Artifact(ApiModel):
+    """A file a job kept (`path` relative to its artifacts, with '/')."""
+
+    path: str
+    size: int
+    modified_at: datetime
+
+
+class ArtifactPage(ApiModel):
+    """`GET /v1/jobs/{id}/artifacts`; `truncated` when the job kept more than it lists."""
+
+    items: list[Artifact]
+    truncated: bool = False
 
 
 class Event(ApiModel):

@@ -61,7 +61,7 @@ def render_reference() -> str:
     parts.append(_class_summary(AsyncClient))
     parts.append(
         "Its methods are `Client`'s, awaited: "
-        + ", ".join(f"`{name}`" for name in _public_methods(AsyncClient))
+        + ", ".join(f"`{name}`" for name in public_methods(AsyncClient))
         + ".\n"
     )
     parts.append(_section("## Records (`client.models`)", models.__doc__ or ""))
@@ -109,12 +109,22 @@ def _class_summary(cls: type) -> str:
     return f"`{cls.__name__}{signature}`\n\n{inspect.cleandoc(cls.__doc__ or '')}\n"
 
 
-def _public_methods(cls: type) -> list[str]:
-    return [name for name in vars(cls) if not name.startswith("_") and callable(vars(cls)[name])]
+def public_methods(cls: type) -> list[str]:
+    """The public methods of `cls` and of its bases in the client (`client.runs`' share),
+    in the order they are written."""
+    names: list[str] = []
+    for owner in cls.__mro__:
+        if owner.__module__.startswith("client."):
+            names += [
+                name
+                for name, value in vars(owner).items()
+                if not name.startswith("_") and callable(value) and name not in names
+            ]
+    return names
 
 
 def _methods(cls: type, instance: str) -> Iterator[str]:
-    for name in _public_methods(cls):
+    for name in public_methods(cls):
         method = getattr(cls, name)
         signature = _signature(method).replace("(self, ", "(").replace("(self)", "()")
         doc = inspect.cleandoc(method.__doc__ or "")

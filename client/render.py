@@ -132,10 +132,13 @@ def queue_table(entries: list[dict[str, Any]], total: int) -> Table:
 
 
 def _state_in_queue(job: dict[str, Any]) -> Text:
-    """The state, with the place in the queue while the job waits (`queued #3`)."""
+    """The state, with the place in the queue while the job waits (`queued #3`), and how many
+    warnings the job has (`succeeded, 1 warning`: `launchbay status ID` shows them)."""
     text = state_text(job.get("state"))
     if job.get("queue_position") is not None:
         text.append(f" #{job['queue_position']}")
+    if warnings := len(job.get("warnings") or []):
+        text.append(f", {warnings} warning" + "s" * (warnings > 1), style="yellow")
     return text
 
 
@@ -160,6 +163,7 @@ def job_table(job: dict[str, Any], checkpoints: list[dict[str, Any]] | None = No
         ("exit code", job.get("exit_code")),
         ("exit reason", job.get("exit_reason")),
         ("message", job.get("message")),
+        ("warnings", Text("\n".join(job.get("warnings") or []), style="yellow")),
     ]
     if checkpoints:
         last = checkpoints[-1]
@@ -168,26 +172,33 @@ def job_table(job: dict[str, Any], checkpoints: list[dict[str, Any]] | None = No
     for name, value in sorted((job.get("latest_metrics") or {}).items()):
         rows.append((name, format_number(value)))
     for label, value in rows:
-        if value not in (None, ""):
+        if value not in (None, "") and not (isinstance(value, Text) and not value.plain):
             table.add_row(label, value if isinstance(value, Text) else str(value))
     return table
 
 
 def metrics_table(points: Iterable[dict[str, Any]]) -> Table:
-    """Metric points pivoted: one row per (step, epoch), one column per metric name."""
-    rows: dict[tuple[Any, Any], dict[str, Any]] = {}
+    """Metric points pivoted: one row per (step, epoch), one column per metric name; with an
+    `attempt` column when more than one attempt reported (a retry that resumes reports its
+    steps again: each attempt's row is its own)."""
+    rows: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
     names: list[str] = []
     for point in points:
         if point["name"] not in names:
             names.append(point["name"])
-        rows.setdefault((point.get("step"), point.get("epoch")), {})[point["name"]] = point["value"]
+        key = (point.get("attempt"), point.get("step"), point.get("epoch"))
+        rows.setdefault(key, {})[point["name"]] = point["value"]
+    attempts = len({attempt for attempt, _, _ in rows}) > 1
     table = new_table()
+    if attempts:
+        table.add_column("attempt", justify="right")
     table.add_column("step", justify="right")
     table.add_column("epoch", justify="right")
     for name in names:
         table.add_column(name, justify="right")
-    for (step, epoch), values in rows.items():
+    for (attempt, step, epoch), values in rows.items():
         table.add_row(
+            *([format_number(attempt)] if attempts else []),
             format_number(step),
             format_number(epoch),
             *(format_number(values.get(n)) for n in names),

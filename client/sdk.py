@@ -5,6 +5,10 @@
         for event in lb.stream_events(job.id): # reconnects by itself, ends with the job
             print(event.event, event.data)
         lb.download_checkpoint(job.id, "best", "model.pt")
+        # `launchbay run -- python train.py --epochs 3` from this directory, then its files:
+        job = lb.run_program(["python", "train.py", "--epochs", "3"], nproc_per_node=2)
+        lb.wait_for_job(job.id)
+        lb.download_artifacts(job.id, dest="results")
 
 Methods are named `verb_noun` (`submit_job`, `list_jobs`, `iter_metrics`, `create_token`)
 and return the typed records of `client.models` (`Job`, `MetricPoint`, `Checkpoint`...;
@@ -60,14 +64,14 @@ from client.models import (
     Worker,
 )
 from client.retrying import Download
-from client.transport import SyncTransport
+from client.runs import RunMethods
 from client.unpack import unpack_if_directory
 
 JSON = http.JSON
 ProgressCallback = http.ProgressCallback
 
 
-class Client(SyncTransport):
+class Client(RunMethods):
     """A connection to one Launchbay API; use it as a context manager or call `close()`."""
 
     def __init__(

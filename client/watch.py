@@ -43,6 +43,8 @@ def describe_end(job: Job) -> Text:
         text.append(f" ({job.exit_reason})")
     if job.message:
         text.append(f": {job.message}")
+    for warning in job.warnings:
+        text.append(f"\nwarning: {warning}", style="yellow")
     return text
 
 
@@ -124,7 +126,8 @@ class JobView:
             logs = Panel(Text("\n".join(self.lines) or "no logs yet"), title="logs", expand=True)
             saved = Text(f"last {self.checkpoint}" if self.checkpoint else "no checkpoint yet")
             saved.stylize("dim" if not self.checkpoint else "green")
-            return Group(header, self.progress, metrics, saved, logs)
+            warned = [Text(f"warning: {w}", style="yellow") for w in job.get("warnings") or []]
+            return Group(header, self.progress, metrics, saved, *warned, logs)
 
     def _add_line(self, line: str, shown_live: bool = True) -> None:
         if self._echo is not None:

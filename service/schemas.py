@@ -3,7 +3,7 @@
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from service.models import Checkpoint, Job, JobBase, JobNode, LogLine, MetricPoint
 
@@ -137,7 +137,12 @@ class MetricPointPublic(BaseModel):
     name: str
     value: float
     ts: float
-    attempt: int
+    attempt: int = Field(
+        description="The attempt that reported the point. Points of different attempts may "
+        "share a step (a retry that resumes from a checkpoint reports its steps again): this "
+        "tells them apart. Within an attempt, an elastic restart's `restart` event (its seq, "
+        "GET …/timeline) divides the points of the runs before and after it."
+    )
 
     @classmethod
     def from_row(cls, row: MetricPoint) -> "MetricPointPublic":

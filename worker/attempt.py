@@ -218,6 +218,7 @@ def _run(
     job_user: JobUser | None = None
     owner: str | None = None
     work: WorkDir | None = None
+    monitor: AttemptMonitor | None = None
     try:
         owner = taken.owner if can_switch_users() else None
         spec, plan, job_user = _prepare(services, result, taken, cuda, owner)
@@ -240,9 +241,6 @@ def _run(
         result.outcome, result.survivors = monitor.run()
         if monitor.tree is not None:
             result.processes = list(monitor.tree.records.values())
-        if result.outcome is not None:
-            succeeded = result.outcome.state is JobState.SUCCEEDED
-            result.outcome = with_notes(result.outcome, monitor.notes(succeeded))
     except LaunchProblem as exc:
         result.outcome = Outcome(JobState.FAILED, ExitReason.LAUNCH_ERROR, None, str(exc))
     except EnvironmentProblem as exc:
@@ -258,6 +256,22 @@ def _run(
             if owner is not None:
                 build_cache.save(paths.data_dir, owner, paths.home_dir)
         _leave_attempt(paths, work, job_user)
+    if monitor is not None and result.outcome is not None:
+        _add_notes(services, result, monitor)
+
+
+def _add_notes(services: AttemptServices, result: AttemptResult, monitor: AttemptMonitor) -> None:
+    """The outcome's notes and warnings, once what the program wrote in its working directory
+    is kept (an output file, for the warnings)."""
+    assert result.outcome is not None
+    try:
+        succeeded = result.outcome.state is JobState.SUCCEEDED
+        notes, warnings = monitor.notes(succeeded), monitor.warnings(succeeded)
+        result.outcome = with_notes(result.outcome, notes, warnings)
+    except BaseException as exc:
+        message = f"the worker failed while supervising the job: {type(exc).__name__}: {exc}"
+        record_lost(services, result.ref, message)
+        raise
 
 
 def _leave_attempt(paths: RunPaths, work: WorkDir | None, job_user: JobUser | None) -> None:

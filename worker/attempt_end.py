@@ -5,15 +5,22 @@ The outcome is what the worker alone knows (a rank's error, a timeout), so it is
 until the database takes it, for up to `OUTCOME_RETRY_S`; the reaper, meanwhile, declares no
 job lost until the database has been back for a while (`service.reaper`)."""
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Engine
 
 from jobs.states import AttemptRef, ExitReason, JobState, NodeState
 from service.db import session_scope
 from service.executor import Executor, submit_retry
-from service.store import AttemptEnd, announce_node_failure, commit_end, end_attempt, finish_node
+from service.store import (
+    AttemptEnd,
+    add_job_warnings,
+    announce_node_failure,
+    commit_end,
+    end_attempt,
+    finish_node,
+)
 from worker.context import AttemptServices
 from worker.db_retry import retry_db, retry_db_for
 from worker.outcome import Outcome
@@ -53,6 +60,8 @@ def record_outcome(
 
     def write() -> AttemptEnd:
         with session_scope(engine) as session:
+            if outcome is not None and outcome.warnings:
+                add_job_warnings(session, job_id, attempt, outcome.warnings)
             if node is not None:
                 if outcome is None:
                     return finish_node(session, job_id, attempt, node, state=NodeState.STOPPED)
@@ -87,11 +96,13 @@ def record_outcome(
     return RecordedEnd(end.recorded, end.retried is not None)
 
 
-def with_notes(outcome: Outcome, notes: str | None) -> Outcome:
+def with_notes(outcome: Outcome, notes: str | None, warnings: Sequence[str] = ()) -> Outcome:
+    """The outcome with the supervisor's notes added to its message, and its warnings."""
+    outcome = replace(outcome, warnings=(*outcome.warnings, *warnings))
     if not notes:
         return outcome
     message = f"{outcome.message}\n({notes})" if outcome.message else notes
-    return Outcome(outcome.state, outcome.reason, outcome.exit_code, message)
+    return replace(outcome, message=message)
 
 
 def record_lost(services: AttemptServices, ref: AttemptRef, message: str) -> None:

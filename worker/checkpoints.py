@@ -23,11 +23,12 @@ Registered means kept: the copy is the worker's, and nothing the program does to
 afterwards (rotation, overwriting in place, truncation, deletion) changes what is downloaded.
 
 Retention keeps the last `keep_last` checkpoints of the job (every attempt) plus the best by
-`best_metric`; rows are retired first (kept, marked deleted, with a `checkpoint_deleted`
-event), then the copies deleted (in the store, and the worker's own), so no live row ever
-points at a deleted file. A retired checkpoint that this attempt reported from its checkpoint
-directory is deleted there too while it is still the file that was registered; a program's
-files in its working directory are its own, never deleted.
+`best_metric` (every one while no checkpoint reports that metric); rows are retired first
+(kept, marked deleted, with a `checkpoint_deleted` event), then the copies deleted (in the
+store, and the worker's own), so no live row ever points at a deleted file. A retired
+checkpoint that this attempt reported from its checkpoint directory is deleted there too while
+it is still the file that was registered; a program's files in its working directory are its
+own, never deleted.
 """
 
 import logging
@@ -77,12 +78,16 @@ WORK_KEY = "work"
 
 
 def select_retained(checkpoints: Sequence[Checkpoint], policy: CheckpointPolicy) -> set[str]:
-    """Ids to keep: the last `keep_last` by seq, plus the best (`CheckpointPolicy.best`)."""
+    """Ids to keep: the last `keep_last` by seq, plus the best (`CheckpointPolicy.best`); all
+    of them while the policy's `best_metric` is one no checkpoint reports (a name mistyped, or
+    not reported yet): which one is the best is not known, so none goes for not being it."""
     ordered = sorted(checkpoints, key=lambda c: c.seq)
     keep = {c.id for c in ordered[-policy.keep_last :]}
     best = policy.best(ordered, metrics=lambda c: c.metrics, seq=lambda c: c.seq)
     if best is not None:
         keep.add(best.id)
+    elif policy.best_metric:
+        keep.update(c.id for c in ordered)
     return keep
 
 

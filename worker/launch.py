@@ -9,7 +9,8 @@ rank's stdout and stderr to ``<log dir>/rank-<RANK>.log`` and records an uncaugh
     torchrun:  python -I -m torch.distributed.run --nnodes=1 --nproc-per-node=N ... --no-python
                    python -I -u <worker>/rank_main.py --log-dir LOGS [--local-rank-arg]
                    (--module M | --script S) ARGS
-    python:    python -I -u <worker>/rank_main.py --log-dir LOGS --script S ARGS    (one process)
+    python:    python -I -u <worker>/rank_main.py --log-dir LOGS --children --script S ARGS
+               (one process; what it starts logs as ranks of their own)
 
 Every interpreter runs isolated (``-I``: no ``PYTHON*`` variable, no user site directory, no
 working directory on ``sys.path``), so a job's `env` cannot steer what Python loads at start-up;
@@ -146,6 +147,8 @@ class LaunchPlan:
     # Processes that mean "the ranks have started": N under torchrun, the one process otherwise.
     expected_ranks: int = 1
     launcher: str = "torchrun"
+    # Whether the worker has CUDA: a program that needs it says so when it has none.
+    cuda_available: bool = False
 
 
 def build_launch(
@@ -195,7 +198,7 @@ def build_launch(
         env.update(
             MASTER_ADDR=LOCALHOST, MASTER_PORT=str(port), WORLD_SIZE=str(spec.nproc_per_node)
         )
-        return LaunchPlan(argv=entry, env=env, cwd=cwd, launcher="python")
+        return LaunchPlan(entry, env, cwd, launcher="python", cuda_available=cuda_available)
     argv = torchrun_argv(
         spec,
         job_id=job_id,
@@ -206,7 +209,7 @@ def build_launch(
         entry=entry,
         rendezvous=rendezvous,
     )
-    return LaunchPlan(argv=argv, env=env, cwd=cwd, expected_ranks=spec.nproc_per_node)
+    return LaunchPlan(argv, env, cwd, spec.nproc_per_node, cuda_available=cuda_available)
 
 
 def rank_entry(
@@ -225,6 +228,8 @@ def rank_entry(
     if spec.pass_local_rank_arg and spec.launcher == "torchrun":
         spelling = "auto" if spec.pass_local_rank_arg is True else spec.pass_local_rank_arg
         entry.append(f"--local-rank-arg={spelling}")
+    if spec.launcher == "python":
+        entry.append("--children")
     return cwd, [*entry, *program, *spec.args]
 
 
@@ -288,6 +293,7 @@ def build_env(
     uses_cuda = spec.uses_cuda(cuda_available)
     if not uses_cuda and "OMP_NUM_THREADS" not in spec.env:
         env["OMP_NUM_THREADS"] = "1"
+    env.update({k: v for k, v in framework_env(spec, uses_cuda).items() if k not in spec.env})
     env.pop(rank_env.RESUME_FROM, None)
     env.pop(NODE_ENV, None)
     env.update(
@@ -315,6 +321,21 @@ def build_env(
         env[FRESH_STORE_ENV] = "1"
     if COLLECTIVE_TIMEOUT_ENV not in spec.env:
         env[COLLECTIVE_TIMEOUT_ENV] = str(collective_timeout_s(spec, default_collective_timeout_s))
+    return env
+
+
+def framework_env(spec: JobSpec, uses_cuda: bool) -> dict[str, str]:
+    """What the frameworks need to run a torchrun job's ranks as one process group, left at
+    their defaults: on CPU, accelerate (and the transformers Trainer, which runs on it) forms
+    no group unless told `ACCELERATE_USE_CPU`, and Lightning's `devices="auto"` is one CPU
+    device (so each rank trains alone) unless `PL_TRAINER_DEVICES` (a default its Trainer
+    reads; a value the program passes wins) says how many. A job's `env` wins over these."""
+    env: dict[str, str] = {}
+    if spec.launcher != "torchrun":
+        return env
+    if not uses_cuda:
+        env.update(ACCELERATE_USE_CPU="1", PL_TRAINER_ACCELERATOR="cpu")
+    env.update(PL_TRAINER_DEVICES=str(spec.nproc_per_node), PL_TRAINER_NUM_NODES=str(spec.nnodes))
     return env
 
 

@@ -45,6 +45,7 @@ from worker.ingest import Ingestor
 from worker.isolation import JobUser
 from worker.launch import LaunchPlan, Rendezvous, RunPaths
 from worker.outcome import Outcome, classify_exit, read_oom_kills
+from worker.outcome_warnings import AttemptFacts, collect_warnings, has_output, reported_count
 from worker.outputs import DeclaredOutputs, wants_declared_outputs
 from worker.scratch import shm_bytes
 from worker.stacks import record_rank_stacks
@@ -187,6 +188,7 @@ class AttemptMonitor:
             restart=self.restarts,
             oom_killed=(None not in (oom_before, oom_after) and oom_after != oom_before)
             or cgroup_oom,
+            cuda_available=self.plan.cuda_available,
         )
         return outcome, survivors
 
@@ -367,6 +369,12 @@ class AttemptMonitor:
             and self.ingestor.invalid_events == 0
         )
 
+    def warnings(self, succeeded: bool) -> list[str]:
+        """The attempt's warnings (`worker.outcome_warnings`)."""
+        reported = reported_count(self.ingestor, self.registrar)
+        facts = AttemptFacts.of(self.spec, self.plan, self.restarts, succeeded, reported)
+        return collect_warnings(self.engine, self.job_id, self.spec.checkpoint, self.paths, facts)
+
     def notes(self, succeeded: bool = False) -> str | None:
         """What ingestion skipped, for the job's final message; for a job that succeeded
         without reporting anything, that it did not."""
@@ -380,6 +388,8 @@ class AttemptMonitor:
             parts.append(f"{self.registrar.rejected} reported checkpoint(s) not registered")
         if self.survivors:
             parts.append(f"processes {self.survivors} survived SIGKILL")
+        # Said by a warning instead when the job wrote no output file either.
         if succeeded and self.node is None and self._reported_nothing():
-            parts.append(NOTHING_REPORTED)
+            if reported_count(self.ingestor, self.registrar) or has_output(self.paths.output_dir):
+                parts.append(NOTHING_REPORTED)
         return "; ".join(parts) if parts else None

@@ -31,6 +31,20 @@ OOM_ERROR = re.compile(
     r"|CUDNN_STATUS_NOT_ENOUGH_MEMORY|CUDNN_STATUS_ALLOC_FAILED"
 )
 OOM_KILL_TEXT = re.compile(r"\bKilled\b|[Oo]ut of memory")
+# The error of a program that needs CUDA (or NCCL, which needs it) where there is none: a CPU
+# build of torch (`torch._C` has no `_cuda_setDevice`, "not compiled with CUDA", no NCCL built
+# in), a CUDA build without a GPU or driver, or the program's own check for GPUs.
+CUDA_NEEDED = re.compile(
+    r"torch\._C' has no attribute '_cuda|Torch not compiled with CUDA enabled"
+    r"|Found no NVIDIA driver|No CUDA GPUs are available|no CUDA-capable device"
+    r"|CUDA driver initialization failed|torch\.cuda\.is_available\(\) is False"
+    r"|ProcessGroupNCCL|NCCL built in|\bNCCL\b.*not available|\bGPUs?\b"
+)
+NO_CUDA_HINT = (
+    "the program needs {what}, but this worker has no CUDA (it runs jobs on CPU): submit it "
+    "to a queue whose workers have GPUs, or let it run on CPU (device 'cpu' where "
+    "torch.cuda.is_available() is False, backend 'gloo')"
+)
 _FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 _ROOT_CAUSE = "Root Cause (first observed failure):"
 
@@ -41,6 +55,8 @@ class Outcome:
     reason: ExitReason
     exit_code: int | None
     message: str | None
+    # What went wrong without failing the attempt (`worker.outcome_warnings`).
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -182,6 +198,14 @@ def aborted_after_finishing(launcher_text: str, log_dir: Path, restart: int) -> 
     return True
 
 
+def needs_cuda(text: str) -> str | None:
+    """What a failure's text shows the program needed and did not find ("CUDA", "CUDA and
+    NCCL"), or None."""
+    if CUDA_NEEDED.search(text) is None:
+        return None
+    return "CUDA and NCCL" if "NCCL" in text.upper() else "CUDA"
+
+
 def classify_exit(
     returncode: int,
     *,
@@ -190,8 +214,10 @@ def classify_exit(
     ranks_started: bool,
     restart: int = 0,
     oom_killed: bool = False,
+    cuda_available: bool = True,
 ) -> Outcome:
-    """The outcome of an attempt whose launcher exited by itself with `returncode`."""
+    """The outcome of an attempt whose launcher exited by itself with `returncode`; on a worker
+    without CUDA (not `cuda_available`), a failure of a program that needs it says so first."""
     if returncode == 0:
         return Outcome(JobState.SUCCEEDED, ExitReason.COMPLETED, 0, None)
     launcher_text = read_tail(paths.launcher_log)
@@ -226,6 +252,9 @@ def classify_exit(
         message = f"{head}\n{rank_tail}"
     if PORT_IN_USE.search(message):
         message = f"{message}\n{PORT_IN_USE_HINT}"
+    needed = None if cuda_available else needs_cuda(record.error if record else rank_tail)
+    if needed is not None:
+        message = f"{NO_CUDA_HINT.format(what=needed)}\n{message}"
     oom = is_oom_error(record.error if record else rank_tail)
     if failure.exit_code in (-signal.SIGKILL, 128 + signal.SIGKILL):
         oom = oom or oom_killed or bool(OOM_KILL_TEXT.search(rank_tail + launcher_text[-4096:]))

@@ -19,6 +19,10 @@ and this file:
   so the rank's PID is the program's and torchrun's signals reach it directly;
 - on an uncaught exception, writes ``DIR/rank-<RANK>.error.json`` (and torchelastic's own error
   file) before exiting 1 as Python does, so the worker can name the failing rank and its error.
+- notes the process group the rank joins, and whether it ran collectives on it, in
+  ``DIR/rank-<RANK>.group`` (`rank_group.py`); for the `python` launcher (``--children``), has
+  each process the program starts log to its own file and note its group too
+  (`rank_child.py`);
 - when the program returns (or exits 0), writes ``DIR/rank-<RANK>.finished``, as the SDK's
   `distributed()` does when it is left (the same file, written here without importing the
   SDK), then releases a process group the program left open (collected, then destroyed):
@@ -33,6 +37,7 @@ library, and it resets ``sys.path[0]`` to what plain Python would have put there
 
 import ctypes
 import gc
+import importlib.util
 import json
 import os
 import runpy
@@ -43,7 +48,7 @@ import traceback
 from pathlib import Path
 
 USAGE = (
-    "usage: rank_main.py --log-dir DIR [--local-rank-arg[=auto|dash|underscore]] "
+    "usage: rank_main.py --log-dir DIR [--local-rank-arg[=auto|dash|underscore]] [--children] "
     "(--module NAME | --script PATH) ..."
 )
 SPELLINGS = {"dash": "--local-rank", "underscore": "--local_rank"}
@@ -88,7 +93,8 @@ def local_rank_flag(spelling: str, kind: str, target: str) -> str:
 
 
 def parse_argv(argv: list[str]) -> tuple[Path, str | None, str, str, list[str]]:
-    """(log dir, the --local-rank spelling or None, "module" | "script", target, args)."""
+    """(log dir, the --local-rank spelling or None, "module" | "script", target, args); the
+    flag ``--children`` is read by `main`."""
     log_dir: Path | None = None
     local_rank_arg: str | None = None
     i = 0
@@ -97,6 +103,8 @@ def parse_argv(argv: list[str]) -> tuple[Path, str | None, str, str, list[str]]:
         if flag == "--log-dir" and i + 1 < len(argv):
             log_dir = Path(argv[i + 1])
             i += 2
+        elif flag == "--children":
+            i += 1
         elif flag == "--local-rank-arg" or flag.startswith("--local-rank-arg="):
             local_rank_arg = flag.partition("=")[2] or "auto"
             i += 1
@@ -199,6 +207,24 @@ def _set_program_path(directory: str) -> None:
         sys.path[0] = directory
 
 
+def note_groups(log_dir: Path, rank: str, *, children: bool) -> None:
+    """Note the process group this rank joins (`rank_group.py`); with `children`, have the
+    processes the program starts log and note theirs as ranks of their own (`rank_child.py`)."""
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "_launchbay_rank_child", Path(__file__).with_name("rank_child.py")
+        )
+        assert spec is not None and spec.loader is not None
+        rank_child = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = rank_child
+        spec.loader.exec_module(rank_child)
+        rank_child.load_sibling("rank_group").watch(log_dir, None if children else rank)
+        if children:
+            rank_child.adopt_children(log_dir)
+    except Exception as exc:  # the program runs whatever happens here
+        print(f"[launchbay] process groups not noted: {exc!r}", file=sys.stderr)
+
+
 def run_program(kind: str, target: str, args: list[str]) -> None:
     if kind == "module":
         sys.argv = [target, *args]
@@ -222,6 +248,7 @@ def main() -> None:
     if local_rank_arg is not None:
         flag = local_rank_flag(local_rank_arg, kind, target)
         args = [f"{flag}={os.environ.get('LOCAL_RANK', '0')}", *args]
+    note_groups(log_dir, rank, children="--children" in sys.argv[1 : sys.argv.index(f"--{kind}")])
     try:
         run_program(kind, target, args)
     except SystemExit as exc:

@@ -7,8 +7,8 @@ the service and the worker only when run.
     base.py     the app, consoles (no markup, colour only on a terminal, NO_COLOR), errors
     jobs.py     submit, list, status, watch, logs, metrics, checkpoints, cancel, delete, download
     admin.py    code upload, recipes, nodes, workers, token create|list|revoke
+    runs.py     run (the current directory's program, as its author runs it), artifacts
     ops.py      webhook add|list|rm|deliveries|redeliver, stacks, audit
-    server.py   api, worker (and worker --check), reaper, db upgrade
     server.py   api, worker (and worker --check), reaper, db upgrade, storage migrate
 
 Exit status: 0 ok; 1 the API refused (`error <code>: <message>`) or a followed job failed;
@@ -16,10 +16,10 @@ Exit status: 0 ok; 1 the API refused (`error <code>: <message>`) or a followed j
 cannot be reached; 130 interrupted. Output cut short by its reader (`| head`) ends quietly, 0.
 """
 
-from client.cli import admin, jobs, ops, server
+from client.cli import admin, jobs, ops, runs, server
 from client.cli.base import CliState, app
 
-__all__ = ["CliState", "admin", "app", "jobs", "main", "ops", "server"]
+__all__ = ["CliState", "admin", "app", "jobs", "main", "ops", "runs", "server"]
 
 
 def main() -> None:

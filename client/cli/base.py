@@ -14,9 +14,11 @@ from typer.core import TyperGroup
 from client import render
 from client.errors import (
     ApiError,
+    CommandError,
     ConnectionFailed,
     Forbidden,
     LaunchbayClientError,
+    PackError,
     Unauthorized,
 )
 from client.sdk import Client
@@ -73,8 +75,10 @@ class LaunchbayGroup(TyperGroup):
         except Forbidden as exc:
             hint = "" if "admin" in exc.message else " (this needs a token with the admin role)"
             fail(f"error {exc.code}: {exc.message}{hint}")
-        except ApiError as exc:
+        except (ApiError, PackError) as exc:
             fail(f"error {exc.code}: {exc.message}")
+        except CommandError as exc:
+            fail(f"error {exc.code}: {exc.message}", EXIT_CANCELLED)
         except (LaunchbayClientError, SpecFileError, OSError) as exc:
             fail(f"error: {exc}")
         except ValidationError as exc:

@@ -226,7 +226,7 @@ def metrics(
     if as_json or fmt is MetricsFormat.JSON:
         print_json(points)
     elif fmt is MetricsFormat.CSV:
-        fields = ["seq", "step", "epoch", "name", "value", "ts"]
+        fields = ["seq", "step", "epoch", "name", "value", "ts", "attempt"]
         writer = csv.DictWriter(sys.stdout, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(points)

@@ -1,16 +1,15 @@
 """Hugging Face accelerate reporting to Launchbay through `LaunchbayTracker`, with a
 checkpoint per epoch and resume (the SDK's save_checkpoint / load_resume_state).
 
-On CPU, accelerate runs multi-process only with ACCELERATE_USE_CPU=1 (set it in the spec's
-`env`). `--fail-after-epoch N` makes the first attempt fail after epoch N has been saved: with
-`max_retries: 1` the next attempt resumes from that checkpoint. Spec:
+On CPU, accelerate runs multi-process only with ACCELERATE_USE_CPU=1, which Launchbay sets for
+torchrun jobs on CPU. `--fail-after-epoch N` makes the first attempt fail after epoch N has
+been saved: with `max_retries: 1` the next attempt resumes from that checkpoint. Spec:
 
     name: accelerate-tracker
     code: {code_id: <id>, entrypoint: accelerate_tracker.py}
     launcher: torchrun
     nproc_per_node: 2
     device: cpu
-    env: {ACCELERATE_USE_CPU: "1"}
 """
 
 import argparse

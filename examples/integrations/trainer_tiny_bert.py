@@ -12,7 +12,6 @@ requirement, installed by the worker (docs/training-scripts.md). Spec:
     launcher: torchrun
     nproc_per_node: 2
     device: cpu
-    env: {ACCELERATE_USE_CPU: "1"}
     environment: {requirements: ["transformers==4.57.1"]}
 """
 

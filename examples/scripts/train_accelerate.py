@@ -3,8 +3,8 @@
 `Accelerator()` reads the torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*)
 and sets up the process group itself; `accelerator.prepare` wraps the model in DDP and
 shards the data loader. On CPU, accelerate runs multi-process only when told to with
-ACCELERATE_USE_CPU=1 (set it in the spec's `env`); without it, it quietly falls back to
-independent single processes. The main process appends JSON lines to
+ACCELERATE_USE_CPU=1, which Launchbay sets for torchrun jobs on CPU; without it, it quietly
+falls back to independent single processes. The main process appends JSON lines to
 $LAUNCHBAY_EVENTS_FILE. Spec:
 
     name: accelerate-example
@@ -12,7 +12,6 @@ $LAUNCHBAY_EVENTS_FILE. Spec:
     launcher: torchrun
     nproc_per_node: 2
     device: cpu
-    env: {ACCELERATE_USE_CPU: "1"}
 """
 
 import argparse

@@ -4,8 +4,8 @@ With `launcher: python` the worker runs this file as a single process and sets
 MASTER_ADDR, MASTER_PORT (a free port) and WORLD_SIZE (= nproc_per_node); the script
 spawns WORLD_SIZE ranks and each joins the group with its own rank. Nothing else sets
 RANK or LOCAL_RANK here: mp.spawn hands each child its index. Rank 0 appends JSON lines
-to $LAUNCHBAY_EVENTS_FILE. Every rank prints to the one process's log (rank 0's log in
-Launchbay). Spec:
+to $LAUNCHBAY_EVENTS_FILE. Each spawned rank's output is its own log in Launchbay (the
+process index mp.spawn gives it is its rank). Spec:
 
     name: mp-spawn-example
     code: {code_id: <id>, entrypoint: train_mp_spawn.py}

@@ -1,5 +1,8 @@
 """Uploaded user code: `POST /v1/code` stores a .py, .zip or .tar.gz for jobs to run;
-`DELETE /v1/code/{code_id}` takes it back."""
+`GET /v1/code/{code_id}` says whether the caller has uploaded those bytes (404 otherwise,
+whoever else did: nobody learns what another owner uploaded), so a client sends a directory
+only when it is new; `DELETE /v1/code/{code_id}` takes an upload back. What an upload may
+be is `GET /v1/limits` (service.routes.limits)."""
 
 import logging
 from dataclasses import replace
@@ -12,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from service import code_store, code_usage, policy
 from service.artifacts import store_for
 from service.deps import CurrentPrincipal, RedisDep, SessionDep, SettingsDep
+from service.errors import NotFound
 from service.settings import Settings
 from service.uploads import ReceivedFile, receive_file
 
@@ -109,6 +113,29 @@ def _limits_for(
     code_usage.check_stored_quota(usage, received.size, settings.code_quota_bytes)
     left = settings.code_quota_unpacked_bytes - usage.unpacked_bytes
     return replace(limits, quota_left=left)
+
+
+@router.get("/{code_id}", response_model=CodePublic)
+def get_code(
+    code_id: str, session: SessionDep, settings: SettingsDep, principal: CurrentPrincipal
+) -> CodePublic:
+    """The caller's own upload of `code_id` (an admin's too: only their own); 404 for bytes
+    the caller has not uploaded, or whose files are gone."""
+    upload = None
+    if code_usage.CODE_ID.fullmatch(code_id):
+        upload = code_store.find_upload(session, code_id, principal.name)
+    if upload is None or not (settings.code_dir / code_id).is_dir():
+        shown = code_id[:64]
+        raise NotFound(f"you have uploaded no code {shown!r}", detail={"code_id": shown})
+    return CodePublic(code_id=code_id, sha256=code_id, size=upload.size)
+
+
+@router.head("/{code_id}", response_model=CodePublic)
+def head_code(
+    code_id: str, session: SessionDep, settings: SettingsDep, principal: CurrentPrincipal
+) -> CodePublic:
+    """The GET's status and headers, without the body."""
+    return get_code(code_id, session, settings, principal)
 
 
 @router.delete("/{code_id}", status_code=status.HTTP_204_NO_CONTENT)

@@ -9,6 +9,7 @@ One module per concern, each above the lifecycle core it builds on:
     checkpoints  the checkpoint registry (register, list, retire)
     outputs      log lines, metric points and progress
     job_rows     create, find, list, heartbeat and delete job rows
+    job_warnings what went wrong without failing a job
     nodes        the nodes of a multi-node attempt
     lifecycle    moves between states, retries, the end of an attempt, seq allocation
 
@@ -35,6 +36,7 @@ from service.store.job_rows import (
     show_queued,
     touch_job_heartbeat,
 )
+from service.store.job_warnings import add_job_warnings
 from service.store.lifecycle import (
     JOB_TABLE,
     RETRYABLE_EXIT_REASONS,
@@ -93,6 +95,7 @@ __all__ = [
     "StreamRow",
     "TakenJob",
     "add_attempt_event",
+    "add_job_warnings",
     "allocate_seq",
     "commit_end",
     "announce_node_failure",

@@ -33,8 +33,8 @@ STYLES: dict[str, dict[str, Any]] = {
         "script": "train_mp_spawn.py",
         "spec": {"launcher": "python", "nproc_per_node": 2},
         "keys": LINEAR,
-        # One process started by the worker: both ranks print into its log.
-        "rank_logs": {0: "rank 1 of 2"},
+        # One process started by the worker; each rank it spawns logs under its own rank.
+        "rank_logs": {0: "rank 0 of 2", 1: "rank 1 of 2"},
     },
     "dataparallel": {
         "script": "train_dataparallel.py",

@@ -16,10 +16,13 @@ from typer.testing import CliRunner
 from client import AsyncClient, Client, NotFound
 from client.cli import CliState, app
 from client.models import (
+    Artifact,
+    ArtifactPage,
     Checkpoint,
     CreatedToken,
     Job,
     JobPage,
+    Limits,
     LogPage,
     MetricPage,
     Recipe,
@@ -44,6 +47,10 @@ RECORDS: list[tuple[type[BaseModel], str, str, bool]] = [
     (Token, "get", "/v1/tokens", True),
     (CreatedToken, "post", "/v1/tokens", False),
     (UploadedCode, "post", "/v1/code", False),
+    (UploadedCode, "get", "/v1/code/{code_id}", False),
+    (Limits, "get", "/v1/limits", False),
+    (ArtifactPage, "get", "/v1/jobs/{job_id}/artifacts", False),
+    (Artifact, "get", "/v1/jobs/{job_id}/artifacts", True),
 ]
 
 

@@ -97,6 +97,7 @@ def job(job_id: str = "j1", state: str = "running", **fields: Any) -> dict[str, 
         "worker": None,
         "queue_position": None,
         "pending_reason": None,
+        "warnings": [],
         **fields,
     }
 

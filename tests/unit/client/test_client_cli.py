@@ -328,6 +328,21 @@ def test_metrics_table_has_a_column_per_metric(api: FakeApi) -> None:
     table = launchbay(api, "metrics", "j1").stdout
     header = next(line for line in table.splitlines() if "loss" in line)
     assert header.index("step") < header.index("loss") < header.index("accuracy")
+    assert "attempt" not in header
+
+
+def test_metrics_of_two_attempts_at_one_step_are_rows_of_their_own(api: FakeApi) -> None:
+    points = [
+        {"seq": 1, "step": 7, "epoch": 0, "name": "loss", "value": 0.5, "ts": 1.0, "attempt": 1},
+        {"seq": 9, "step": 7, "epoch": 0, "name": "loss", "value": 0.25, "ts": 2.0, "attempt": 2},
+    ]
+    api.on("GET", "/v1/jobs/j1/metrics", reply(200, {"items": points, "next_after": 9}))
+    rows = [line.split() for line in launchbay(api, "metrics", "j1").stdout.splitlines()]
+    assert ["attempt", "step", "epoch", "loss"] in rows
+    assert ["1", "7", "0", "0.5"] in rows and ["2", "7", "0", "0.25"] in rows
+    csv_rows = launchbay(api, "metrics", "j1", "--format", "csv").stdout.splitlines()
+    assert csv_rows[0] == "seq,step,epoch,name,value,ts,attempt"
+    assert csv_rows[1:] == ["1,7,0,loss,0.5,1.0,1", "9,7,0,loss,0.25,2.0,2"]
 
 
 def test_download_saves_the_file(api: FakeApi, tmp_path: Path) -> None:

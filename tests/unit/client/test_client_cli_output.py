@@ -68,6 +68,28 @@ def test_job_names_and_messages_print_as_written(api: FakeApi) -> None:
     assert watched.stdout.strip() == "job j1 failed: [/] boom :smile: [red]"
 
 
+def test_warnings_are_shown_by_status_watch_and_list(api: FakeApi) -> None:
+    said = ["the ranks never trained as one process group [red]of 2[/]", "best_metric 'acc'"]
+    warned = job(state="succeeded", exit_reason="completed", warnings=said)
+    api.on("GET", "/v1/jobs/j1", reply(200, warned))
+    api.on("GET", "/v1/jobs/j1/checkpoints", reply(200, {"items": []}))
+    api.on("GET", "/v1/jobs", reply(200, {"items": [warned, job("j2")], "total": 2}))
+    status = launchbay(api, "status", "j1", COLUMNS="200")
+    assert status.exit_code == 0, status.output
+    rows = [line.strip() for line in status.stdout.splitlines()]
+    assert f"warnings     {said[0]}" in rows and said[1] in rows
+    watched = launchbay(api, "watch", "j1", COLUMNS="200").stdout.splitlines()
+    assert watched == [
+        "job j1 succeeded (completed)",
+        f"warning: {said[0]}",
+        f"warning: {said[1]}",
+    ]
+    listed = launchbay(api, "list", COLUMNS="200").stdout
+    assert "succeeded, 2 warnings" in listed and listed.count("warning") == 1
+    view = JobView(warned)
+    assert f"warning: {said[1]}" in _render(view)
+
+
 def test_error_messages_print_as_written(api: FakeApi) -> None:
     api.on("GET", "/v1/jobs/j1", error_body(404, "not_found", "no job '[/]' [bold]here"))
     result = launchbay(api, "status", "j1")
@@ -278,7 +300,7 @@ def test_a_closed_pipe_ends_quietly_with_status_0(tmp_path: Path) -> None:
         [sys.executable, str(program)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     ) as proc:
         assert proc.stdout is not None and proc.stderr is not None
-        assert proc.stdout.readline() == b"seq,step,epoch,name,value,ts\r\n"
+        assert proc.stdout.readline() == b"seq,step,epoch,name,value,ts,attempt\r\n"
         proc.stdout.close()  # what `head` does once it has its line
         stderr = proc.stderr.read().decode()
         status = proc.wait(timeout=60)

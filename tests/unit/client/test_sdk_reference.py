@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from client.reference import render_reference
+from client.reference import public_methods, render_reference
 from client.sdk import Client
 
 SDK_MD = Path(__file__).resolve().parents[3] / "docs" / "sdk.md"
@@ -16,7 +16,7 @@ def test_the_reference_is_current() -> None:
 
 def test_every_client_method_is_documented() -> None:
     text = SDK_MD.read_text()
-    methods = [name for name in vars(Client) if not name.startswith("_")]
+    methods = public_methods(Client)
     assert methods and all(f"### `lb.{name}(" in text for name in methods)
     undocumented = [name for name in methods if not getattr(Client, name).__doc__]
     assert undocumented == []

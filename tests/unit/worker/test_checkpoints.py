@@ -39,8 +39,12 @@ def test_keep_last_and_best() -> None:
     assert select_retained(rows, best_min) == {"c2", "c4", "c5"}
     best_max = CheckpointPolicy(keep_last=1, best_metric="loss", best_mode="max")
     assert select_retained(rows, best_max) == {"c1", "c5"}
+    # A best metric no checkpoint reports (mistyped, or not reported yet): which is the best is
+    # not known, so none is deleted for not being it.
     unknown = CheckpointPolicy(keep_last=1, best_metric="accuracy")
-    assert select_retained(rows, unknown) == {"c5"}
+    assert select_retained(rows, unknown) == {"c1", "c2", "c3", "c4", "c5"}
+    some = [*rows, checkpoint(6, loss=9, accuracy=0.5), checkpoint(7, loss=8)]
+    assert select_retained(some, unknown) == {"c6", "c7"}
     ties = [checkpoint(1, loss=1), checkpoint(2, loss=1), checkpoint(3, loss=2)]
     assert select_retained(ties, CheckpointPolicy(keep_last=1, best_metric="loss")) == {"c2", "c3"}
 

@@ -125,6 +125,7 @@ def test_python_launcher() -> None:
         str(RANK_ENTRY),
         "--log-dir",
         str(PATHS.log_dir),
+        "--children",
         "--script",
         str(PATHS.work_dir / "main.py"),
         "b",
@@ -336,3 +337,22 @@ def test_ranks_know_where_their_error_record_goes() -> None:
 def test_ranks_know_where_their_artifacts_go() -> None:
     output = plan(spec()).env["LAUNCHBAY_OUTPUT_DIR"]
     assert output == str(PATHS.data_dir / "artifacts" / "job1")
+
+
+def test_frameworks_are_told_to_run_torchrun_ranks_as_one_group() -> None:
+    """accelerate (and the Trainer on it) forms no group on CPU without ACCELERATE_USE_CPU,
+    and Lightning's `devices="auto"` is one CPU device: each rank would train alone."""
+    on_cpu = plan(spec(nproc_per_node=2, nnodes=1)).env
+    assert on_cpu["ACCELERATE_USE_CPU"] == "1"
+    assert (on_cpu["PL_TRAINER_DEVICES"], on_cpu["PL_TRAINER_NUM_NODES"]) == ("2", "1")
+    assert on_cpu["PL_TRAINER_ACCELERATOR"] == "cpu"
+    on_gpu = plan(spec(nproc_per_node=2), cuda=True, gpus=("0", "1")).env
+    assert "ACCELERATE_USE_CPU" not in on_gpu and "PL_TRAINER_ACCELERATOR" not in on_gpu
+    assert on_gpu["PL_TRAINER_DEVICES"] == "2"
+    # The job's env wins; the python launcher's program starts its own processes.
+    mine = plan(spec(env={"ACCELERATE_USE_CPU": "0", "PL_TRAINER_DEVICES": "1"})).env
+    assert (mine["ACCELERATE_USE_CPU"], mine["PL_TRAINER_DEVICES"]) == ("0", "1")
+    python = plan(spec(launcher="python", nproc_per_node=2)).env
+    assert not {k for k in python if k.startswith(("PL_TRAINER_", "ACCELERATE_"))}
+    assert plan(spec(launcher="python")).cuda_available is False
+    assert plan(spec(), cuda=True, gpus=("0", "1")).cuda_available is True

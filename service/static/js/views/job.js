@@ -125,6 +125,7 @@ export async function renderJob(ctx) {
         metricCharts.add(data);
       } else if (event === "log") logs.add(data);
       else if (event === "state" || event === "restart") {
+        if (event === "restart") metricCharts.addRestart(data.attempt, Number(seq));
         addTimelineItem(timeline, event, data);
         refreshSoon();
       } else if (event === "checkpoint") refreshSoon();
@@ -160,7 +161,10 @@ async function loadHistory(id, signal, { timeline, metricCharts, noMetrics, logs
     api.listMetrics(id, { max_points: CHART_POINTS }, signal),
     api.listLogs(id, { order: "desc", limit: TAIL_LINES }, signal),
   ]);
-  for (const item of states.items) addTimelineItem(timeline, item.event, item.data);
+  for (const item of states.items) {
+    if (item.event === "restart") metricCharts.addRestart(item.data.attempt, Number(item.id));
+    addTimelineItem(timeline, item.event, item.data);
+  }
   for (const point of metrics.items) metricCharts.add(point);
   if (metrics.items.length) noMetrics.hidden = true;
   logs.prepend(tail.items);
@@ -229,6 +233,10 @@ function summaryItems(job) {
   if (job.exit_code !== null) items.push(["Exit code", String(job.exit_code)]);
   if (job.exit_reason) items.push(["Exit reason", job.exit_reason]);
   if (job.message) items.push(["Message", h("span", { class: "message" }, job.message)]);
+  if (job.warnings?.length) {
+    const list = h("ul", { class: "warnings", id: "job-warnings" }, job.warnings.map((w) => h("li", {}, w)));
+    items.push([`Warnings (${job.warnings.length})`, list]);
+  }
   return items.map(([term, value]) => h("div", { class: "summary-item" }, h("dt", {}, term), h("dd", {}, value)));
 }
 

@@ -198,18 +198,20 @@ function updateRow(row, job, now) {
   row.link.textContent = job.name;
   setOnce(row.badge, job.state, () => stateBadge(job.state));
   // Why it ended: the exit reason and the first line of the message (all of it on hover);
-  // while it waits, its place in the queue and why.
+  // while it waits, its place in the queue and why; what went wrong without failing it.
   const message = job.pending_reason ? `#${job.queue_position}: ${job.pending_reason}` : firstLine(job.message);
-  const outcomeKey = `${job.exit_reason}|${job.message}|${message}`;
+  const warnings = job.warnings || [];
+  const outcomeKey = `${job.exit_reason}|${job.message}|${message}|${warnings.join("\n")}`;
   setOnce(row.outcome, outcomeKey, () =>
     h(
       "span",
       { title: job.pending_reason || job.message || "" },
       job.exit_reason && job.exit_reason !== "completed" ? h("span", { class: "exit-reason" }, job.exit_reason) : null,
       message ? h("span", { class: "message-line pending-reason" }, message) : null,
+      warnings.length ? warningLine(warnings) : null,
     ),
   );
-  row.outcome.hidden = !((job.exit_reason && job.exit_reason !== "completed") || message);
+  row.outcome.hidden = !((job.exit_reason && job.exit_reason !== "completed") || message || warnings.length);
   const { step, total_steps: total } = job.progress;
   const progressKey = `${step}/${total}`;
   setOnce(row.cells.progress, progressKey, () => progressCell(step, total));
@@ -218,6 +220,12 @@ function updateRow(row, job, now) {
   row.cells.age.replaceChildren(ageElement(job.created_at, now));
   row.cells.worker.textContent = job.worker || "—";
   row.cancel.hidden = TERMINAL.has(job.state) || job.state === "cancelling";
+}
+
+// "⚠ 2 warnings: <the first>", all of them on hover.
+function warningLine(warnings) {
+  const count = `${warnings.length} warning${warnings.length === 1 ? "" : "s"}`;
+  return h("span", { class: "message-line warning-line", title: warnings.join("\n\n") }, `⚠ ${count}: ${warnings[0]}`);
 }
 
 function setOnce(cell, key, build) {
