@@ -1,8 +1,6 @@
 # The shape of PyTorch's "Getting Started with Distributed Data Parallel" tutorial, run with
-# torchrun (gloo on CPU). It knows nothing of Launchbay: its output directory defaults to
-# LAUNCHBAY_OUTPUT_DIR as a script's would to any platform's (SM_MODEL_DIR...), else ".".
+# torchrun (gloo on CPU). It knows nothing of Launchbay: it saves its model to ./model.pt.
 import argparse
-import os
 
 import torch
 import torch.distributed as dist
@@ -33,7 +31,7 @@ def demo_basic(args):
         print(f"epoch {epoch} loss {loss.item():.4f}")
 
     if rank == 0:
-        torch.save(ddp_model.module.state_dict(), os.path.join(args.output_dir, "model.pt"))
+        torch.save(ddp_model.module.state_dict(), "model.pt")
     dist.destroy_process_group()
     print(f"Finished running basic DDP example on rank {rank}.")
 
@@ -41,5 +39,4 @@ def demo_basic(args):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--output-dir", default=os.environ.get("LAUNCHBAY_OUTPUT_DIR", "."))
     demo_basic(parser.parse_args())
