@@ -87,6 +87,7 @@ def needed() -> list[Needed]:
     """What a job user reads or runs of the worker's installation (not the data dir)."""
     found = [
         Needed("the interpreter", Path(os.path.realpath(sys.executable)), run=True),
+        *(Needed("the interpreter's library", lib) for lib in scratch.interpreter_libraries()),
         Needed("the standard library", Path(sysconfig.get_paths()["stdlib"]) / "os.py"),
         Needed("the rank entry", RANK_ENTRY),
         Needed("the lifeline", LIFELINE),

@@ -222,12 +222,25 @@ class PrivateScratch:
         return [sys.executable, "-I", "-S", str(SCRIPT), *options, "--", *argv]
 
 
+def interpreter_libraries() -> list[Path]:
+    """The shared libpython this interpreter runs on, if it has one (a build with
+    ``--enable-shared``, as pyenv's and conda's may be, finds it by a path written into the
+    binary, which need not lie beside it)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            mapped = {line.split(maxsplit=5)[-1].strip() for line in maps if "/libpython" in line}
+    except OSError:
+        return []
+    return sorted(Path(path) for path in mapped if path.startswith("/") and os.path.isfile(path))
+
+
 def launch_paths(data_dir: Path, cwd: Path | None) -> tuple[Path, ...]:
-    """What a launch reads or writes outside its scratch: the data dir, this interpreter, its
-    packages and Launchbay's own code, and the working directory."""
+    """What a launch reads or writes outside its scratch: the data dir, this interpreter (and
+    its libpython), its packages and Launchbay's own code, and the working directory."""
     places = [data_dir, Path(sys.prefix), Path(sys.base_prefix), SCRIPT.parents[1]]
     places.append(Path(os.path.realpath(sys.executable)).parent)
     places += [Path(p) for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    places += [library.parent for library in interpreter_libraries()]
     return tuple(places + ([cwd] if cwd is not None else []))
 
 
