@@ -66,8 +66,8 @@ def remove_job_users(settings: Settings) -> Removed:
     """Remove the pool's users and directories (module docstring); `UsersInUse` while a job
     runs under one of them."""
     prefix, lease_dir = settings.job_user_prefix, settings.job_user_lease_dir
-    removed = Removed()
-    if not lease_dir.exists() and not pool_users(prefix):
+    removed, had_leases = Removed(), lease_dir.exists()
+    if not had_leases and not pool_users(prefix):
         return removed
     with pool_lock(lease_dir):
         held, in_use = _hold_leases(lease_dir, prefix)
@@ -81,7 +81,8 @@ def remove_job_users(settings: Settings) -> Removed:
                 _remove_user(user)
                 removed.users.append(user.pw_name)
             shutil.rmtree(lease_dir)  # the locks held die with their files (`pool_lock`)
-            removed.directories.append(lease_dir)
+            if had_leases:
+                removed.directories.append(lease_dir)
         finally:
             for fd in held:
                 os.close(fd)
