@@ -83,27 +83,30 @@ class HostSnapshot:
     users: frozenset[str]
 
     @classmethod
-    def take(cls, prefix: str, extra: tuple[Path, ...] = ()) -> "HostSnapshot":
+    def take(cls, prefix: str | None, extra: tuple[Path, ...] = ()) -> "HostSnapshot":
+        """The host now; the users named `prefix`... (None: no user)."""
         modes: dict[str, int | None] = {}
         for directory in [*_watched_dirs(), *extra]:
             try:
                 modes[str(directory)] = stat.S_IMODE(os.stat(directory).st_mode)
             except FileNotFoundError:
                 modes[str(directory)] = None
-        users = frozenset(u.pw_name for u in pwd.getpwall() if u.pw_name.startswith(prefix))
+        users = frozenset(
+            u.pw_name for u in pwd.getpwall() if prefix and u.pw_name.startswith(prefix)
+        )
         return cls(modes, users)
 
     def changes(self, now: "HostSnapshot") -> list[str]:
         """What differs in `now`, for a person."""
+
+        def said(mode: int | None) -> str:
+            return "absent" if mode is None else f"{mode:04o}"
+
         found = []
         for path, mode in self.modes.items():
             after = now.modes.get(path, mode)
             if after != mode:
-                said = {None: "absent"}
-                found.append(
-                    f"{path}: {said.get(mode, f'{mode or 0:04o}')} -> "
-                    f"{said.get(after, f'{after or 0:04o}')}"
-                )
+                found.append(f"{path}: {said(mode)} -> {said(after)}")
         for user in sorted(now.users - self.users):
             found.append(f"user {user} was made and not removed")
         return found
