@@ -27,6 +27,7 @@ BENCHMARKS = {
     "history": "bench.p9_history",
     "slurm": "bench.p9_slurm",
     "chaos": "bench.r12_chaos",
+    "demo": "bench.d1_demo",
 }
 
 

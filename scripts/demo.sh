@@ -32,15 +32,22 @@ lb=.venv/bin/launchbay
 
 root=""
 [ "$(id -u)" = 0 ] && root=yes
+# The topmost directory above $1 that other users may not search (as worker/reach.py finds it).
+unsearchable() {
+  local dir=$1 found=""
+  while [ "$dir" != / ]; do
+    dir=$(dirname "$dir")
+    [ $((0$(stat -c %a "$dir") & 1)) = 1 ] || found=$dir
+  done
+  echo "$found"
+}
 if [ -z "${LAUNCHBAY_DATA_DIR:-}" ]; then
   LAUNCHBAY_DATA_DIR=$PWD/.launchbay
-  # The job's user must reach the data dir (worker/reach.py says why not, as the worker would).
-  why=$([ -z "$root" ] || "$py" -c "import sys; from pathlib import Path
-from worker.reach import data_dir_problem
-print(data_dir_problem(Path(sys.argv[1]), job_users=True) or '')" "$LAUNCHBAY_DATA_DIR")
-  if [ -n "$why" ]; then
+  blocked=$([ -z "$root" ] || unsearchable "$LAUNCHBAY_DATA_DIR")
+  if [ -n "$blocked" ]; then
     LAUNCHBAY_DATA_DIR=${LAUNCHBAY_DEMO_DATA_DIR:-/var/lib/launchbay/demo}
-    echo "demo: the data goes to $LAUNCHBAY_DATA_DIR, not into this clone: ${why%%. Either*}"
+    echo "demo: the data goes to $LAUNCHBAY_DATA_DIR, not into this clone: the job's user could not"
+    echo "demo:   reach it, $blocked is not searchable by other users (mode $(stat -c %a "$blocked"))"
   fi
 fi
 export LAUNCHBAY_DATA_DIR
@@ -107,16 +114,16 @@ fi
 echo "demo: starting the API on $LAUNCHBAY_API_URL and a worker (logs in $logs)"
 "$lb" api --port "$port" >"$logs/api.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 150); do
-  "$py" -c "import httpx,sys; httpx.get(sys.argv[1]).raise_for_status()" \
-    "$LAUNCHBAY_API_URL/v1/health" 2>/dev/null && break
-  kill -0 "${pids[0]}" 2>/dev/null || { cat "$logs/api.log" >&2; exit 1; }
-  sleep 0.2
-done
 # A worker needs no API token (docs/security.md). It checks at start what its jobs will need,
-# and refuses to start, saying why, rather than fail them: wait until it is up, or has said.
+# and refuses to start, saying why, rather than fail them: it is waited for below.
 env -u LAUNCHBAY_ADMIN_TOKEN -u LAUNCHBAY_TOKEN "$lb" worker >"$logs/worker.log" 2>&1 &
 pids+=($!)
+# The API listens once its migrations are applied.
+for _ in $(seq 300); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+  kill -0 "${pids[0]}" 2>/dev/null || { cat "$logs/api.log" >&2; exit 1; }
+  sleep 0.1
+done
 
 job=$("$lb" submit examples/digits.yaml --json | "$py" -c "import json,sys; print(json.load(sys.stdin)['id'])")
 echo "demo: submitted job $job"
