@@ -97,7 +97,7 @@ def needed() -> list[Needed]:
     if torch is not None and torch.origin:
         found.append(Needed("the base packages (torch)", Path(torch.origin)))
         run = Path(torch.origin).with_name("distributed") / "run.py"
-        found.append(Needed("torchrun", run))
+        found += [Needed("torchrun", run)] if run.is_file() else []
     uv = shutil.which("uv", path=sysconfig.get_paths()["scripts"])
     if uv is not None:
         found.append(Needed("uv, which builds jobs' environments", Path(uv), run=True))

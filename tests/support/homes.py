@@ -82,6 +82,13 @@ def make_venv(python: Path, venv: Path) -> None:
     site = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
     ours = sysconfig.get_paths()["purelib"]
     (site / "_launchbay_tests.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    script = venv / "bin" / "launchbay"  # as pip's console script, for stacks started from it
+    script.write_text(f"#!{venv / 'bin' / 'python'}\nfrom client.cli import main\nmain()\n")
+    script.chmod(0o755)
+    for tool in ("uv", "py-spy"):  # beside the interpreter, where the worker looks for them
+        found = Path(sysconfig.get_paths()["scripts"]) / tool
+        if found.exists():
+            (venv / "bin" / tool).symlink_to(found)
 
 
 @contextmanager
