@@ -47,7 +47,7 @@ if [ -z "${LAUNCHBAY_DATA_DIR:-}" ]; then
   if [ -n "$blocked" ]; then
     LAUNCHBAY_DATA_DIR=${LAUNCHBAY_DEMO_DATA_DIR:-/var/lib/launchbay/demo}
     echo "demo: the data goes to $LAUNCHBAY_DATA_DIR, not into this clone: the job's user could not"
-    echo "demo:   reach it, $blocked is not searchable by other users (mode $(stat -c %a "$blocked"))"
+    echo "demo:   reach it there ($blocked is not searchable by other users, mode 0$(stat -c %a "$blocked"))"
   fi
 fi
 export LAUNCHBAY_DATA_DIR

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.homes import ROOT, home_with_python
+from tests.support.homes import ROOT, home_with_python, remove_tree
 from tests.support.isolation import PREFIX_ENV, HostSnapshot, reachable_by_job_users
 from tests.support.procs import free_port
 from worker.isolation import can_switch_users
@@ -88,8 +88,8 @@ def test_as_root_with_the_clone_and_python_in_a_0700_home(tmp_path: Path) -> Non
         assert os.path.realpath(repo / ".venv/bin/python") == str(home.python)
         assert before.changes(HostSnapshot.take(None, watched)) == []
     flat = " ".join(said.split())
-    assert f"the data goes to {data}, not into this clone: job users cannot reach the data " in flat
-    assert f"{home.root} is not searchable by other users (mode 0700)" in flat
+    assert f"demo: the data goes to {data}, not into this clone: the job's user could not " in flat
+    assert f"reach it there ({home.root} is not searchable by other users, mode 0700)" in flat
     worker_log = " ".join((data / "demo" / "worker.log").read_text().split())
     assert f"under {home.root} through their own mount namespace only" in worker_log
     # The last lines: what stays, and how to remove it.
@@ -108,7 +108,7 @@ def system_clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         pytest.skip(f"needs the system's {SYSTEM_PYTHON}")
     root = reachable_by_job_users(tmp_path_factory.mktemp("system") / "launchbay")
     yield clone(root)
-    shutil.rmtree(root, ignore_errors=True)
+    remove_tree(root)
 
 
 def test_as_root_with_the_system_python(system_clone: Path) -> None:

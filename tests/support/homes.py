@@ -91,6 +91,12 @@ def make_venv(python: Path, venv: Path) -> None:
             (venv / "bin" / tool).symlink_to(found)
 
 
+def remove_tree(path: Path) -> None:
+    """`rm -rf`: a venv's tens of thousands of files go in a second; shutil.rmtree took 17 s
+    here."""
+    subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False)
+
+
 @contextmanager
 def home_with_python(*, venv: bool = True) -> Iterator[Home]:
     """A new 0700 home (module docstring), removed afterwards."""
@@ -104,7 +110,7 @@ def home_with_python(*, venv: bool = True) -> Iterator[Home]:
             make_venv(home.python, home.root / "venv")
         yield home
     finally:
-        shutil.rmtree(home.root, ignore_errors=True)
+        remove_tree(home.root)
         try:
             HOMES.rmdir()
         except OSError:
