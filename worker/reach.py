@@ -164,14 +164,14 @@ def data_dir_problem(data_dir: Path, *, job_users: bool) -> str | None:
             )
     flags = os.statvfs(existing).f_flag
     if flags & os.ST_RDONLY:
-        how = "read-only: the worker cannot write its jobs' files there"
+        why, remount = "a read-only filesystem: the worker could not write jobs' files", "rw"
     elif flags & os.ST_NOEXEC:
-        how = "mounted noexec: jobs' environments and programs, which run from it, could not"
+        why, remount = "a filesystem mounted noexec: jobs' environments would not run", "exec"
     else:
         return None
     return (
-        f"the data dir {data_dir} is on a filesystem {how}. Remount it (mount -o remount,rw,exec "
-        "...), or set LAUNCHBAY_DATA_DIR to a directory on another filesystem"
+        f"the data dir {data_dir} is on {why} there. Remount it {remount} (mount -o remount,"
+        f"{remount} ...), or set LAUNCHBAY_DATA_DIR to a directory on another filesystem"
     )
 
 

@@ -115,6 +115,11 @@ def test_as_root_with_the_system_python(system_clone: Path) -> None:
     said = run_demo(system_clone, demo_env(SYSTEM_PATH))
     assert os.path.realpath(system_clone / ".venv/bin/python") == os.path.realpath(SYSTEM_PYTHON)
     assert (system_clone / ".launchbay" / "launchbay.db").is_file()  # the clone's own data dir
+    # What running needs, not the development lock (scripts/test.sh adds that).
+    assert (system_clone / ".venv" / ".launchbay-installed").read_text().endswith(" run\n")
+    for tool in ("pytest", "ruff", "mypy", "moto_server"):
+        assert not (system_clone / ".venv" / "bin" / tool).exists(), tool
+    assert (system_clone / ".venv" / "bin" / "uv").exists()
     assert "demo: as root, the worker ran the job as a system user it made" in said
     assert "not root" not in said
 

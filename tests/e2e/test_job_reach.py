@@ -54,7 +54,11 @@ def test_a_data_dir_under_a_0700_parent_is_refused_at_start_naming_the_parent(
     assert f"chmod o+x {parent}" in said and "LAUNCHBAY_DATA_DIR" in said
 
 
-@pytest.mark.parametrize(("option", "said"), [("noexec", "mounted noexec"), ("ro", "read-only")])
+NOEXEC = "a filesystem mounted noexec: jobs' environments would not run there. Remount it exec"
+READ_ONLY = "a read-only filesystem: the worker could not write jobs' files there. Remount it rw"
+
+
+@pytest.mark.parametrize(("option", "said"), [("noexec", NOEXEC), ("ro", READ_ONLY)])
 def test_a_data_dir_on_a_noexec_or_read_only_filesystem_is_refused_at_start(
     tmp_path: Path, option: str, said: str
 ) -> None:
@@ -64,7 +68,7 @@ def test_a_data_dir_on_a_noexec_or_read_only_filesystem_is_refused_at_start(
     mounted = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, option]
     mounted.append(str(mount))
     told = refusal([LAUNCHBAY], mount / "data", prefix=mounted)
-    assert f"the data dir {mount / 'data'} is on a filesystem {said}" in told
+    assert f"the data dir {mount / 'data'} is on {said}" in told
 
 
 def test_a_job_user_that_cannot_run_the_interpreter_is_refused_at_start_naming_it(
