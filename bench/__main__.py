@@ -28,6 +28,7 @@ BENCHMARKS = {
     "slurm": "bench.p9_slurm",
     "chaos": "bench.r12_chaos",
     "workdir": "bench.p10_workdir",
+    "demo": "bench.d1_demo",
 }
 
 

@@ -86,12 +86,18 @@ class Stack:
             self.api = None
 
     def start_worker(
-        self, *queues: str, args: Sequence[str] = (), prefix: Sequence[str] = (), **env: str
+        self,
+        *queues: str,
+        args: Sequence[str] = (),
+        prefix: Sequence[str] = (),
+        launchbay: Sequence[str] = (LAUNCHBAY,),
+        **env: str,
     ) -> subprocess.Popen[bytes]:
         """`[prefix] launchbay worker --queue Q ... [args]` with the stack's environment plus
-        `env`. The prefix must exec the worker (as `ip netns exec NS` does), so that the process
-        the stack stops is the worker itself."""
-        argv = [*prefix, LAUNCHBAY, "worker"]
+        `env`, `launchbay` being the command (another interpreter's `python -m client.cli`).
+        The prefix must exec the worker (as `ip netns exec NS` does), so that the process the
+        stack stops is the worker itself."""
+        argv = [*prefix, *launchbay, "worker"]
         for q in queues or ("default",):
             argv += ["--queue", q]
         argv += args

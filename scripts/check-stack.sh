@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Validates the container stack offline: docker-compose.yml (docker-compose config), its
-# multi-node profile rendered for an example host, its object-store profile, and the
-# Dockerfile (hadolint), and the image's Python layer resolved from PyPI's package metadata
-# (the one check that needs the network). Needs no
+# multi-node profile rendered for an example host, its object-store profile, the README's own
+# compose lines run as written, and the Dockerfile (hadolint), and the image's Python layer
+# resolved from PyPI's package metadata (the one check that needs the network). Needs no
 # Docker engine. Exits non-zero on any problem.
+#
+#   scripts/check-stack.sh                every check
+#   scripts/check-stack.sh readme [FILE]  only the compose lines of README.md (or FILE)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -62,6 +65,36 @@ check_compose() {
     fi
     rm -f "$err"
     echo "check-stack: docker-compose.yml ok"
+}
+
+# The README's "With Docker" lines, as a newcomer pastes them into a fresh shell: run in a
+# copy of the stack's files with no variable of this shell, `docker compose up` standing for
+# compose's own check of the file with what the lines set (a secret they leave unset stops it,
+# as it would stop `up`). Any warning counts as a problem too.
+check_readme_compose_lines() {
+    local readme=${1:-README.md} tmp lines
+    lines="$(awk '/^```/ { if (inside) { if (block ~ /docker compose up/) { printf "%s", block; exit } inside = 0; block = "" } else if ($0 ~ /^```(bash|sh)$/) inside = 1; next } inside { block = block $0 "\n" }' "$readme")"
+    [[ -n "$lines" ]] || fail "$readme: no bash block with the 'docker compose up' line"
+    tmp="$(mktemp -d)"
+    cp docker-compose.yml Dockerfile "$tmp"/
+    local rc=0
+    (
+        cd "$tmp"
+        # shellcheck disable=SC2016 # the function is the inner shell's, expanded there
+        exec env -i PATH="$PATH" HOME="$tmp" bash -euo pipefail -c '
+docker() {
+    [[ "$1 $2" == "compose up" ]] || { echo "the lines run docker $*: not checked here" >&2; return 1; }
+    docker-compose -f docker-compose.yml config -q
+}
+'"$lines"
+    ) >"$tmp/out" 2>&1 || rc=$?
+    if [[ "$rc" -ne 0 || -s "$tmp/out" ]]; then
+        cat "$tmp/out" >&2
+        rm -rf -- "$tmp"
+        fail "$readme: its compose lines do not work as written (above)"
+    fi
+    rm -rf -- "$tmp"
+    echo "check-stack: the README's compose lines ok"
 }
 
 # What one node of a multi-node job needs (docs/multi-node.md, "Across machines"), checked
@@ -345,7 +378,12 @@ if missing:
 '
 
 ensure_docker_compose
+if [[ "${1:-}" == readme ]]; then
+    check_readme_compose_lines "${2:-README.md}"
+    exit 0
+fi
 check_compose
+check_readme_compose_lines
 check_multinode_profile
 check_object_store_profile
 check_worker_healthcheck

@@ -9,6 +9,11 @@
 # Redis: the demo starts a private redis-server on a free port, so its jobs never land on the
 # queue of a Redis that something else uses. Set LAUNCHBAY_REDIS_URL to use a Redis of yours
 # instead (it says so, since it then shares that Redis's `default` queue).
+#
+# Data: ./.launchbay, or LAUNCHBAY_DATA_DIR. As root, the worker runs the job as a user of its
+# own (launchbay-job-N), which must reach the data dir: in a clone it cannot reach (under a
+# 0700 home) the data goes to LAUNCHBAY_DEMO_DATA_DIR (default /var/lib/launchbay/demo).
+# Not as root, the job runs as you: the demo says what that gives up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +21,7 @@ keep=""
 for arg in "$@"; do
   case $arg in
     --keep) keep=yes ;;
-    -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "demo: unknown argument $arg (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -25,7 +30,31 @@ scripts/setup.sh
 py=.venv/bin/python
 lb=.venv/bin/launchbay
 
-export LAUNCHBAY_DATA_DIR=${LAUNCHBAY_DATA_DIR:-$PWD/.launchbay}
+root=""
+[ "$(id -u)" = 0 ] && root=yes
+# The topmost directory above $1 that other users may not search (as worker/reach.py finds it).
+unsearchable() {
+  local dir=$1 found=""
+  while [ "$dir" != / ]; do
+    dir=$(dirname "$dir")
+    [ $((0$(stat -c %a "$dir") & 1)) = 1 ] || found=$dir
+  done
+  echo "$found"
+}
+if [ -z "${LAUNCHBAY_DATA_DIR:-}" ]; then
+  LAUNCHBAY_DATA_DIR=$PWD/.launchbay
+  blocked=$([ -z "$root" ] || unsearchable "$LAUNCHBAY_DATA_DIR")
+  if [ -n "$blocked" ]; then
+    LAUNCHBAY_DATA_DIR=${LAUNCHBAY_DEMO_DATA_DIR:-/var/lib/launchbay/demo}
+    echo "demo: the data goes to $LAUNCHBAY_DATA_DIR, not into this clone: the job's user could not"
+    echo "demo:   reach it there ($blocked is not searchable by other users, mode 0$(stat -c %a "$blocked"))"
+  fi
+fi
+export LAUNCHBAY_DATA_DIR
+if [ -z "$root" ]; then
+  echo "demo: not root, so the job runs as you ($(id -un)), not as a user of its own: it could read"
+  echo "demo:   your files, the demo's database and other jobs' files (docs/security.md, 'Job users')"
+fi
 port=${LAUNCHBAY_DEMO_PORT:-8000}
 export LAUNCHBAY_API_URL=http://127.0.0.1:$port
 # The API always wants a bearer token: the demo makes itself an admin token unless one is set,
@@ -85,24 +114,47 @@ fi
 echo "demo: starting the API on $LAUNCHBAY_API_URL and a worker (logs in $logs)"
 "$lb" api --port "$port" >"$logs/api.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 150); do
-  "$py" -c "import httpx,sys; httpx.get(sys.argv[1]).raise_for_status()" \
-    "$LAUNCHBAY_API_URL/v1/health" 2>/dev/null && break
-  kill -0 "${pids[0]}" 2>/dev/null || { cat "$logs/api.log" >&2; exit 1; }
-  sleep 0.2
-done
-# A worker needs no API token (docs/security.md).
+# A worker needs no API token (docs/security.md). It checks at start what its jobs will need,
+# and refuses to start, saying why, rather than fail them: it is waited for below.
 env -u LAUNCHBAY_ADMIN_TOKEN -u LAUNCHBAY_TOKEN "$lb" worker >"$logs/worker.log" 2>&1 &
 pids+=($!)
+# The API listens once its migrations are applied.
+for _ in $(seq 300); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+  kill -0 "${pids[0]}" 2>/dev/null || { cat "$logs/api.log" >&2; exit 1; }
+  sleep 0.1
+done
 
 job=$("$lb" submit examples/digits.yaml --json | "$py" -c "import json,sys; print(json.load(sys.stdin)['id'])")
 echo "demo: submitted job $job"
+for _ in $(seq 600); do
+  grep -q "INFO worker .* owns " "$logs/worker.log" && break
+  if ! kill -0 "${pids[1]}" 2>/dev/null; then
+    echo "demo: the worker did not start:" >&2
+    grep -E "^error" "$logs/worker.log" >&2 || tail -n 20 "$logs/worker.log" >&2
+    exit 1
+  fi
+  sleep 0.2
+done
 "$lb" watch "$job"
 "$lb" download "$job" --checkpoint best -o digits-best.pt
 echo "demo: the best checkpoint is ./digits-best.pt (README: \"Using a downloaded checkpoint\")"
 
+left_behind() {
+  [ -n "$root" ] || return 0
+  local prefix=${LAUNCHBAY_JOB_USER_PREFIX:-launchbay-job-} users
+  users=$(getent passwd | cut -d: -f1 | grep -E "^${prefix}[0-9]+$" | paste -sd, - | sed 's/,/, /g')
+  [ -n "$users" ] || return 0
+  echo "demo: as root, the worker ran the job as a system user it made; these stay for the next"
+  echo "demo:   run: $users, and ${LAUNCHBAY_JOB_USER_LEASE_DIR:-/run/launchbay/job-users}"
+  echo "demo:   remove them with: .venv/bin/launchbay worker --remove-job-users"
+  if [ "$LAUNCHBAY_DATA_DIR" != "$PWD/.launchbay" ]; then
+    echo "demo:   the demo's data stays in $LAUNCHBAY_DATA_DIR (rm -rf it when done)"
+  fi
+}
 if [ -z "$keep" ]; then
   echo "demo: done; everything it started is stopped now (scripts/demo.sh --keep leaves it running)"
+  left_behind
   exit 0
 fi
 cat <<EOF
@@ -113,4 +165,5 @@ demo: the stack keeps running until Ctrl-C.
   CLI        export LAUNCHBAY_API_URL=$LAUNCHBAY_API_URL LAUNCHBAY_TOKEN=$LAUNCHBAY_ADMIN_TOKEN
              .venv/bin/launchbay logs $job
 EOF
+left_behind
 wait "${pids[@]}"

@@ -4,7 +4,7 @@
 # answer, and stop what they started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --dev
 # The browser tests drive Debian's Chromium, the Slurm tests Debian's Slurm, the pooled
 # deployment's test Debian's PgBouncer; as root, install them when missing.
 if [ "$(id -u)" = 0 ]; then

@@ -121,8 +121,11 @@ class Settings(BaseSettings):
     max_memory_limit_bytes: int | None = Field(default=None, gt=0)
     # A root worker runs jobs as pool users launchbay-job-0..N-1, leased with lock files in
     # this host-local directory; without root it warns, or refuses to start when required.
+    # Another prefix makes a pool of its own (another install on the host, a test session):
+    # `launchbay worker --remove-job-users` removes the users of the prefix set.
     job_users: int = Field(default=64, ge=1)
     job_user_lease_dir: Path = Path("/run/launchbay/job-users")
+    job_user_prefix: str = Field(default="launchbay-job-", pattern=r"^[a-z_][a-z0-9_-]{0,23}-$")
     require_isolation: bool = False
     # Disk an owner's jobs may hold (run directories, logs, checkpoints), as measured when
     # each attempt ends; past it a user's next submission is refused. Unset: no quota.

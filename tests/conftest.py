@@ -9,9 +9,11 @@ import pytest
 
 from devstack.services import PostgresCluster, private_postgres
 from tests.support.isolation import (
-    interpreter_reachable_by_job_users,
+    HostSnapshot,
     reachable_by_job_users,
     remove_reachable_dirs,
+    remove_session_pool,
+    session_pool,
 )
 from tests.support.outages import DatabaseOutage
 from tests.support.procs import SESSION_MARKER, marked_processes
@@ -29,11 +31,9 @@ MARKER = uuid.uuid4().hex
 os.environ[SESSION_MARKER] = MARKER
 # Workers running in this process pass the marker on to their jobs' ranks (stacks do it too).
 os.environ["LAUNCHBAY_JOB_PASS_ENV"] = SESSION_MARKER
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _job_users_reach_the_interpreter() -> None:
-    interpreter_reachable_by_job_users()
+# Job users of this session's own, removed at its end; the host as it was before, to compare.
+POOL_PREFIX = session_pool()
+HOST_BEFORE = HostSnapshot.take(POOL_PREFIX)
 
 
 @pytest.fixture(scope="session")
@@ -130,16 +130,24 @@ def make_stack(root: Path, database_url: str, redis_url: str, **env: str) -> Sta
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    remove_reachable_dirs()
     leftovers = marked_processes(MARKER)
-    if not leftovers:
-        return
     described = [f"{p.pid} {' '.join(p.cmdline())[:160]}" for p in leftovers]
     for proc in leftovers:
         proc.kill()
+    complaints = [("processes left behind by the tests (killed now):", described)]
+    try:
+        remove_session_pool()
+        changed = HOST_BEFORE.changes(HostSnapshot.take(POOL_PREFIX))
+    except Exception as exc:  # noqa: BLE001 - the session fails, saying why
+        changed = [f"the session's job users could not be removed: {exc}"]
+    remove_reachable_dirs()
+    complaints.append(("the tests changed the host outside their temporary directories:", changed))
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("processes left behind by the tests (killed now):", red=True)
-        for line in described:
-            reporter.write_line(f"  {line}", red=True)
-    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    for title, lines in complaints:
+        if not lines:
+            continue
+        if reporter is not None:
+            reporter.write_line(title, red=True)
+            for line in lines:
+                reporter.write_line(f"  {line}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

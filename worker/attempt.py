@@ -333,7 +333,11 @@ def _prepare(
     if owner is not None:
         build_cache.restore(paths.data_dir, owner, paths.run_dir / "home")
     job_user = isolate_attempt(
-        paths, ref.job_id, pool_size=settings.job_users, lease_dir=settings.job_user_lease_dir
+        paths,
+        ref.job_id,
+        pool_size=settings.job_users,
+        lease_dir=settings.job_user_lease_dir,
+        prefix=settings.job_user_prefix,
     )
     if job_user is not None:
         builds = build_cache.env(paths.run_dir / "home", spec.env)

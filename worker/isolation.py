@@ -203,25 +203,31 @@ def _pool_lock(lease_dir: Path) -> Iterator[None]:
     """Workers of one host lease and release one at a time. Otherwise two nodes of one job
     starting together could each miss the other's lease and take two users, or an attempt
     ending could take its job's checkpoints back from the next attempt's user."""
-    lease_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(lease_dir / "pool.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
+    while True:  # until the lock is the pool's (`--remove-job-users` may remove it meanwhile)
+        lease_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(lease_dir / "pool.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
+        if os.fstat(fd).st_nlink > 0:
+            break
+        os.close(fd)
+    try:
         yield
     finally:
         os.close(fd)
 
 
-def lease_job_user(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None:
+def lease_job_user(
+    lease_dir: Path, pool_size: int, job_id: str, prefix: str = JOB_USER_PREFIX
+) -> JobUser | None:
     """The job user this job's other nodes here hold, if any, else one no job holds; None when
-    the pool is exhausted."""
+    the pool (users `prefix`0...) is exhausted."""
     with _pool_lock(lease_dir):
-        return _share_lease(lease_dir, pool_size, job_id) or _fresh_lease(
-            lease_dir, pool_size, job_id
+        return _share_lease(lease_dir, pool_size, job_id, prefix) or _fresh_lease(
+            lease_dir, pool_size, job_id, prefix
         )
 
 
-def _share_lease(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None:
+def _share_lease(lease_dir: Path, pool_size: int, job_id: str, prefix: str) -> JobUser | None:
     for index in range(pool_size):
         fd = os.open(lease_dir / f"{index}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
@@ -233,7 +239,7 @@ def _share_lease(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None
         try:
             if held and read_lease_owner(owner) == job_id:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                name = f"{JOB_USER_PREFIX}{index}"
+                name = f"{prefix}{index}"
                 return JobUser(name, *ensure_job_user(name), fd, lease_dir, owner_file=owner)
         except (OSError, BlockingIOError):
             pass
@@ -241,7 +247,7 @@ def _share_lease(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None
     return None
 
 
-def _fresh_lease(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None:
+def _fresh_lease(lease_dir: Path, pool_size: int, job_id: str, prefix: str) -> JobUser | None:
     for index in range(pool_size):
         fd = os.open(lease_dir / f"{index}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
@@ -249,7 +255,7 @@ def _fresh_lease(lease_dir: Path, pool_size: int, job_id: str) -> JobUser | None
         except BlockingIOError:
             os.close(fd)
             continue
-        name, owner = f"{JOB_USER_PREFIX}{index}", lease_dir / f"{index}.job"
+        name, owner = f"{prefix}{index}", lease_dir / f"{index}.job"
         uid, gid = ensure_job_user(name)
         if not _left_clean(owner):
             kill_user_processes(uid)  # whatever a dead worker's job left under it
@@ -294,7 +300,7 @@ def check_reachable(data_dir: Path) -> str | None:
 
 
 def isolate_attempt(
-    paths: RunPaths, job_id: str, *, pool_size: int, lease_dir: Path
+    paths: RunPaths, job_id: str, *, pool_size: int, lease_dir: Path, prefix: str = JOB_USER_PREFIX
 ) -> JobUser | None:
     """Lease a job user and give it the attempt's directories; None where the worker cannot
     switch users. Raises `LaunchProblem` when it should and cannot."""
@@ -305,7 +311,7 @@ def isolate_attempt(
     problem = check_reachable(paths.data_dir)
     if problem is not None:
         raise LaunchProblem(f"the job's user cannot reach the data dir: {problem}")
-    user = lease_job_user(lease_dir, pool_size, job_id)
+    user = lease_job_user(lease_dir, pool_size, job_id, prefix)
     if user is None:
         raise LaunchProblem(f"all {pool_size} job users of this worker's host are in use")
     user.paths = paths

@@ -67,9 +67,9 @@ from worker.devices import (
     detect_cuda,
     find_gpu_conflicts,
 )
-from worker.isolation import check_isolation
 from worker.lifeline import die_with_parent
 from worker.orphans import stop_orphans
+from worker.reach import check_host
 from worker.supervise import request_shutdown
 
 log = logging.getLogger(__name__)
@@ -323,7 +323,7 @@ def run_worker(
         )
     tasks.configure(settings)
     harden_service(settings.data_dir.resolve(), settings.resolved_database_url)
-    check_isolation(settings.require_isolation)
+    check_host(settings)  # what jobs cannot reach refuses the start: `JobsCannotRun`
     devices = choose_devices(gpus, cpu_slots)  # before CUDA is first asked about
     preload()
     cuda = detect_cuda()

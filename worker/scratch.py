@@ -18,10 +18,15 @@ the environment read from FD (a JSON object: the root part runs with none of the
   files against its owner's disk quota; /dev/shm is measured too (`shm_bytes`) and, being
   memory, charged to the attempt's cgroup.
 
-Paths the job needs that lie under a covered target (a data dir under /tmp, as in the tests) are
-mounted back at the same place (KEEP). Where the namespaces cannot be made (a root worker in a
-container without ``CAP_SYS_ADMIN``) `unavailable` says why: jobs then use the host's
-directories, and `worker.leftovers` removes what their uid left when the job user is given back.
+Paths the job needs (KEEP: the data dir, the interpreter, Launchbay's code) that lie under a
+covered target (a data dir under /tmp, as in the tests) are mounted back at the same place. So
+are those under a directory that other users may not search (a ``0700`` home holding pyenv's,
+conda's or uv's Python, or the clone): that directory is covered by an empty tmpfs of its own
+(`masks`), in this namespace only, and the job reaches those paths and nothing else of it; the
+host's modes never change (`worker.reach` checks at the worker's start that this suffices).
+Where the namespaces cannot be made (a root worker in a container without ``CAP_SYS_ADMIN``)
+`unavailable` says why: jobs then use the host's directories, and `worker.leftovers` removes
+what their uid left when the job user is given back.
 
 Like `lifeline.py` it is run as a script and imports only the standard library.
 """
@@ -32,6 +37,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -77,15 +83,39 @@ def _under(path: str, parent: str) -> bool:
     return path.startswith(parent.rstrip("/") + "/")
 
 
+def masks(paths: Sequence[str], covered: Sequence[str] = ()) -> list[str]:
+    """The directories above `paths` that other users may not search (the topmost of each
+    path's, none under another or under a `covered` target): what a job user reaches them
+    through only in its own namespace."""
+    found: list[str] = []
+    for path in paths:
+        parts = os.path.realpath(path).split("/")[1:-1]
+        for depth in range(1, len(parts) + 1):
+            directory = "/" + "/".join(parts[:depth])
+            if any(_under(directory, t) or directory == t for t in covered):
+                break
+            try:
+                searchable = os.stat(directory).st_mode & 0o001
+            except OSError:
+                break
+            if not searchable:
+                found.append(directory)
+                break
+    return [m for m in sorted(set(found)) if not any(_under(m, o) for o in found)]
+
+
 def make_private(binds: list[tuple[str, str]], shm_size: int | None, keep: list[str]) -> None:
-    """In the new namespaces: each bind's source over its target, a new tmpfs over /dev/shm,
-    then each `keep` path that those now hide, mounted back where it was."""
+    """In the new namespaces: each bind's source over its target, a new tmpfs over /dev/shm
+    and over each of the `masks` of the `keep` paths, then each `keep` path that those now
+    hide, mounted back where it was."""
     targets: list[tuple[str, str]] = []
     for source, target in binds:
         real = os.path.realpath(target)  # /var/tmp may be a link to /tmp: covered once
         if os.path.isdir(real) and real not in (t for _, t in targets):
             targets.append((os.path.realpath(source), real))
     covered = [t for _, t in targets] + ([SHM] if os.path.isdir(SHM) else [])
+    hiding = masks(keep, covered)
+    covered += hiding
     kept: list[str] = []
     for path in sorted({os.path.realpath(k) for k in keep}):
         hidden = any(_under(path, t) for t in covered)
@@ -100,6 +130,8 @@ def make_private(binds: list[tuple[str, str]], shm_size: int | None, keep: list[
     if SHM in covered:
         size = f",size={shm_size}" if shm_size else ""
         _mount("tmpfs", SHM, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777{size}")
+    for directory in hiding:
+        _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0711,size=1m")
     for fd, path in backs:
         os.makedirs(path, mode=0o711, exist_ok=True)  # in the new mount, root's
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
@@ -190,11 +222,25 @@ class PrivateScratch:
         return [sys.executable, "-I", "-S", str(SCRIPT), *options, "--", *argv]
 
 
+def interpreter_libraries() -> list[Path]:
+    """The shared libpython this interpreter runs on, if it has one (a build with
+    ``--enable-shared``, as pyenv's and conda's may be, finds it by a path written into the
+    binary, which need not lie beside it)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            mapped = {line.split(maxsplit=5)[-1].strip() for line in maps if "/libpython" in line}
+    except OSError:
+        return []
+    return sorted(Path(path) for path in mapped if path.startswith("/") and os.path.isfile(path))
+
+
 def launch_paths(data_dir: Path, cwd: Path | None) -> tuple[Path, ...]:
-    """What a launch reads or writes outside its scratch: the data dir, this interpreter and
-    Launchbay's own code, and the working directory."""
+    """What a launch reads or writes outside its scratch: the data dir, this interpreter (and
+    its libpython), its packages and Launchbay's own code, and the working directory."""
     places = [data_dir, Path(sys.prefix), Path(sys.base_prefix), SCRIPT.parents[1]]
     places.append(Path(os.path.realpath(sys.executable)).parent)
+    places += [Path(p) for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    places += [library.parent for library in interpreter_libraries()]
     return tuple(places + ([cwd] if cwd is not None else []))
 
 

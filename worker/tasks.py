@@ -12,22 +12,53 @@ import logging
 import os
 import socket
 
+from rq import get_current_job
 from sqlalchemy.exc import SQLAlchemyError
 
-from jobs.states import AttemptRef
+from jobs.states import AttemptRef, JobState
 from service.settings import Settings
-from worker.attempt import abandon, run_taken, take_attempt
+from worker.attempt import AttemptResult, abandon, run_taken, take_attempt
 from worker.context import WorkerContext
 from worker.supervise import shutdown_requested
 
 log = logging.getLogger(__name__)
 context = WorkerContext()
+# The RQ tasks (in this work horse) whose attempt failed: RQ's own "Successfully
+# completed" and "Job OK" lines for them, which would say the job went well, are dropped.
+_failed_tasks: set[str] = set()
+
+
+class FailedTaskFilter(logging.Filter):
+    """Drops RQ's success lines of a task whose job failed (`say_outcome` logged it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _failed_tasks or not isinstance(record.args, tuple):
+            return True
+        said = " ".join(str(arg) for arg in record.args)
+        return not any(task in said for task in _failed_tasks)
 
 
 def configure(settings: Settings | None) -> None:
     """A fresh context for the jobs this process (and the work horses it forks) will run."""
     global context
     context = WorkerContext(settings)
+    rq_log = logging.getLogger("rq.worker")
+    if not any(isinstance(f, FailedTaskFilter) for f in rq_log.filters):
+        rq_log.addFilter(FailedTaskFilter())
+
+
+def say_outcome(result: AttemptResult) -> None:
+    """Log how the attempt ended: a failure as an error, with its reason and message."""
+    outcome = result.outcome
+    if outcome is None:
+        return
+    if outcome.state is not JobState.FAILED:
+        log.info("%s %s (%s)", result.ref, outcome.state, outcome.reason)
+        return
+    log.error("%s failed (%s): %s", result.ref, outcome.reason, outcome.message)
+    task = get_current_job()
+    if task is not None:  # RQ names it by id, or by its description
+        _failed_tasks.update(str(name) for name in (task.id, task.description) if name)
 
 
 def current_settings() -> Settings:
@@ -81,4 +112,4 @@ def run_job(job_id: str, attempt: int, node: int | None = None) -> None:
         # The worker died as this horse started: the attempt it took is lost.
         abandon(services, taken)
     else:
-        run_taken(services, taken)
+        say_outcome(run_taken(services, taken))

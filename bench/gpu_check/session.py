@@ -1,13 +1,11 @@
 """What every check of a GPU check shares: the target (CUDA or CPU), a private stack (SQLite,
 its own Redis, the API and one worker given the GPUs) and the calls a check makes on it."""
 
-import importlib.util
 import os
 import platform
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from collections.abc import Iterator
@@ -41,20 +39,11 @@ def find_target(cpu: bool) -> Target:
 
 
 def interpreter_problem() -> str | None:
-    """Why the job users of a root worker could not run this interpreter (a directory of it or
-    of its standard library that other users may not search), or None."""
-    if os.geteuid() != 0:
-        return None
-    from worker.isolation import check_reachable
+    """Why the job users of a root worker could not run this interpreter, its packages or
+    Launchbay's code (the check every root worker makes at start, `worker.reach`), or None."""
+    from worker.reach import installation_problem
 
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    torch = importlib.util.find_spec("torch")
-    torch_dir = Path(torch.origin).parent if torch and torch.origin else stdlib
-    for folder in (Path(os.path.realpath(sys.executable)).parent, stdlib, torch_dir):
-        problem = check_reachable(folder)
-        if problem is not None:
-            return f"{sys.executable} ({folder}): {problem}"
-    return None
+    return installation_problem()
 
 
 def nvidia_smi(*query: str) -> list[list[str]]:

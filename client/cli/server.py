@@ -61,6 +61,14 @@ CheckOption = Annotated[
         "heart-beat in the last --max-age seconds, else 1 (a container healthcheck).",
     ),
 ]
+RemoveUsersOption = Annotated[
+    bool,
+    typer.Option(
+        "--remove-job-users",
+        help="Start nothing: remove the job users (launchbay-job-N) and the directories root "
+        "workers made on this host; refused while a job runs under one of them.",
+    ),
+]
 
 
 @app.command()
@@ -73,6 +81,7 @@ def worker(
     slots: SlotsOption = None,
     pool: PoolOption = None,
     check: CheckOption = False,
+    remove_job_users: RemoveUsersOption = False,
     max_age: Annotated[
         float | None,
         typer.Option("--max-age", min=0.1, help="With --check (default: 3 heartbeat intervals)."),
@@ -86,7 +95,11 @@ def worker(
     if check:
         _check_worker(max_age)
         return
+    if remove_job_users:
+        _remove_job_users()
+        return
     from worker.devices import DevicesTaken, parse_gpu_ids
+    from worker.reach import JobsCannotRun
 
     gpu_ids = None
     if gpus is not None:
@@ -102,9 +115,32 @@ def worker(
         run_worker(
             queues=queue or ["default"], burst=burst, gpus=gpu_ids, cpu_slots=slots, pool=pool
         )
-    except DevicesTaken as exc:
+    except (DevicesTaken, JobsCannotRun) as exc:
         err().print(f"error: {exc}")
         raise typer.Exit(EXIT_FAILED) from None
+
+
+def _remove_job_users() -> None:
+    import os
+
+    from service.settings import get_settings
+    from worker.job_user_pool import UsersInUse, remove_job_users
+
+    if os.geteuid() != 0:
+        err().print("error: only root removes users (sudo launchbay worker --remove-job-users)")
+        raise typer.Exit(EXIT_FAILED)
+    try:
+        removed = remove_job_users(get_settings())
+    except UsersInUse as exc:
+        err().print(f"error: {exc}")
+        raise typer.Exit(EXIT_FAILED) from None
+    if not removed.users and not removed.directories:
+        out().print("no job users or directories of root workers here: nothing to remove")
+        return
+    if removed.users:
+        out().print(f"removed {len(removed.users)} job user(s): {', '.join(removed.users)}")
+    for directory in removed.directories:
+        out().print(f"removed {directory}")
 
 
 def _check_worker(max_age: float | None) -> None:

@@ -118,3 +118,11 @@ def test_workers_split_the_gpus_of_a_machine(placement_stack: Stack) -> None:
             "nproc_per_node=3, but this worker has 2 device(s) (2,3): set nproc_per_node: 2"
         )
         assert failed["worker"] == workers["pair-b"]["name"]
+        # The worker says it failed, and why; RQ's "Job OK" for its task is not said.
+        logged = "".join(p.read_text() for p in sorted(stack.root.glob("worker-*.log")))
+        assert f"job {too_big} attempt 1 failed (launch_error): nproc_per_node=3" in logged
+        assert not [
+            line
+            for line in logged.splitlines()
+            if ("Job OK" in line or "Successfully completed" in line) and too_big in line
+        ]

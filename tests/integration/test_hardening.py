@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from service.hardening import harden_service
+from service.settings import Settings
 from worker.isolation import ensure_job_user
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another uid")
@@ -59,7 +60,7 @@ def read_as_same_uid(uid: int, gid: int, mode: str) -> str:
 
 
 def test_a_non_dumpable_process_hides_its_environment_from_its_own_uid() -> None:
-    uid, gid = ensure_job_user("launchbay-job-0")
+    uid, gid = ensure_job_user(f"{Settings().job_user_prefix}0")  # the session's pool
     assert read_as_same_uid(uid, gid, "plain") == "read"  # this test can fail
     assert read_as_same_uid(uid, gid, "hardened") == "PermissionError"
 

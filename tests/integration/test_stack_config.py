@@ -26,6 +26,25 @@ def test_the_stack_and_its_multi_node_profile_validate() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "check-stack: docker-compose.yml profile multi-node ok" in done.stdout
+    assert "check-stack: the README's compose lines ok" in done.stdout
+
+
+def test_compose_lines_that_leave_a_secret_unset_fail_the_check(tmp_path: Path) -> None:
+    """The README's lines run in a fresh shell: without the export, `up` would stop."""
+    readme = (ROOT / "README.md").read_text()
+    assert "\nexport REDIS_PASSWORD=" in readme
+    broken = tmp_path / "README.md"
+    broken.write_text(readme.replace("\nexport REDIS_PASSWORD=", "\nREDIS_PASS="))
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "check-stack.sh"), "readme", str(broken)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 1, done
+    assert "export REDIS_PASSWORD first" in done.stderr
+    assert f"{broken}: its compose lines do not work as written" in done.stderr
 
 
 def test_workers_can_compile_torch_extensions_once() -> None:

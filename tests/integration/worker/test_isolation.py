@@ -14,7 +14,7 @@ import pytest
 
 from service.hardening import harden_service
 from tests.integration.worker.conftest import WorkerEnv
-from worker.isolation import JOB_USER_PREFIX, JobUser, can_switch_users, lease_job_user
+from worker.isolation import JobUser, can_switch_users, lease_job_user
 
 pytestmark = pytest.mark.skipif(not can_switch_users(), reason="job users need a root worker")
 
@@ -55,7 +55,7 @@ def test_a_job_reaches_nothing_of_the_service_or_of_another_job(
     )
 
     assert report["uid"] not in (0, os.getuid())
-    assert report["user"].startswith(JOB_USER_PREFIX)
+    assert report["user"].startswith(wenv.settings.job_user_prefix)  # the session's pool
     assert report["found"] == []
     # This test's database lies under /tmp, outside the data dir: a job whose /tmp is its own
     # does not even see it (its mode is test_hardening's).
@@ -69,9 +69,10 @@ def test_a_job_reaches_nothing_of_the_service_or_of_another_job(
 
 def test_no_two_jobs_share_a_job_user_at_once(wenv: WorkerEnv) -> None:
     lease_dir, pool = wenv.settings.job_user_lease_dir, wenv.settings.job_users
-    first = lease_job_user(lease_dir, pool, "job-a")
-    other = lease_job_user(lease_dir, pool, "job-b")
-    node = lease_job_user(lease_dir, pool, "job-a")  # another node of job-a on this host
+    prefix = wenv.settings.job_user_prefix
+    first = lease_job_user(lease_dir, pool, "job-a", prefix)
+    other = lease_job_user(lease_dir, pool, "job-b", prefix)
+    node = lease_job_user(lease_dir, pool, "job-a", prefix)  # another node of job-a on this host
     assert first is not None and other is not None and node is not None
     try:
         assert first.uid != other.uid
@@ -86,12 +87,13 @@ def test_the_nodes_of_one_job_starting_together_share_its_job_user(wenv: WorkerE
     """Two workers on one host start nodes of the same job at the same moment: both must run
     it as one user, or one node cannot write the checkpoints the other's user owns."""
     lease_dir, pool = wenv.settings.job_user_lease_dir, wenv.settings.job_users
+    prefix = wenv.settings.job_user_prefix
     for round_ in range(3):
         start = threading.Barrier(2)
 
         def lease(job: str = f"job-{round_}", start: threading.Barrier = start) -> JobUser | None:
             start.wait()
-            return lease_job_user(lease_dir, pool, job)
+            return lease_job_user(lease_dir, pool, job, prefix)
 
         with ThreadPoolExecutor(2) as threads:
             first, second = threads.map(lambda _: lease(), range(2))
@@ -107,11 +109,12 @@ def test_a_node_joins_its_jobs_user_even_when_a_lower_one_is_free(wenv: WorkerEn
     """A retried multi-node attempt: the user of the node still here must be shared, not a
     free one found first, or the two nodes cannot write the same checkpoints."""
     lease_dir, pool = wenv.settings.job_user_lease_dir, wenv.settings.job_users
-    other = lease_job_user(lease_dir, pool, "job-x")
-    node = lease_job_user(lease_dir, pool, "job-j")
+    prefix = wenv.settings.job_user_prefix
+    other = lease_job_user(lease_dir, pool, "job-x", prefix)
+    node = lease_job_user(lease_dir, pool, "job-j", prefix)
     assert other is not None and node is not None
     other.release()
-    peer = lease_job_user(lease_dir, pool, "job-j")
+    peer = lease_job_user(lease_dir, pool, "job-j", prefix)
     assert peer is not None
     try:
         assert peer.uid == node.uid
