@@ -23,9 +23,10 @@ except ImportError:  # the older package name
     from pytorch_lightning.loggers.logger import Logger
     from pytorch_lightning.utilities import rank_zero_only
 
-from jobs.integrations.accelerate import report_values
+from jobs.integrations.attach.common import register_checkpoint
+from jobs.integrations.values import report_values
 from jobs.runtime import env
-from jobs.runtime.events import close_events, write_event
+from jobs.runtime.events import close_events
 from jobs.runtime.failure import record_rank_finished
 
 
@@ -72,17 +73,14 @@ class LaunchbayLogger(Logger):
         saved = getattr(checkpoint_callback, "_last_checkpoint_saved", "") or ""
         if not saved or saved in self._registered or not Path(saved).is_file():
             return
-        try:
-            relative = Path(saved).resolve().relative_to(env.checkpoint_dir().resolve())
-        except ValueError:
+        if not Path(saved).resolve().is_relative_to(env.checkpoint_dir().resolve()):
             return  # saved outside the job's checkpoint directory
         self._registered.add(saved)
         step = int(getattr(checkpoint_callback, "_last_global_step_saved", 0) or 0)
         found = re.search(r"epoch=(\d+)", Path(saved).name)  # ModelCheckpoint's default name
         epoch = int(found.group(1)) if found else None
-        write_event(
-            {"type": "checkpoint", "path": relative.as_posix(), "step": step, "epoch": epoch}
-        )
+        # Once per version of the file, also when capture registered it first.
+        register_checkpoint(None, Path(saved), step=step, epoch=epoch)
 
     def finalize(self, status: str) -> None:
         # Every rank: one that finished its work may still be aborted at interpreter exit.
