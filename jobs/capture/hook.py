@@ -104,6 +104,8 @@ class Capture:
         self._wrapped: list[tuple[object, str, object, str]] = []
         self._tensorboard_skip: set[str] = set()
         self._lock = threading.Lock()
+        # Told of each directory skipped (rank 0's TensorBoard reader keeps them for retries).
+        self.on_skip: Callable[[str], None] | None = None
 
     # -- what the integrations call ---------------------------------------------------------
 
@@ -112,8 +114,13 @@ class Capture:
 
     def skip_tensorboard(self, directory: object) -> None:
         """Event files under `directory` are a framework's own copy of what it reports."""
+        real = str(Path(str(directory)).resolve())
         with self._lock:
-            self._tensorboard_skip.add(str(Path(str(directory)).resolve()))
+            if real in self._tensorboard_skip:
+                return
+            self._tensorboard_skip.add(real)
+        if self.on_skip is not None:
+            self.on_skip(real)
 
     def tensorboard_skipped(self, directory: Path) -> bool:
         with self._lock:

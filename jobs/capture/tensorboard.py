@@ -21,6 +21,7 @@ working directory and `LAUNCHBAY_OUTPUT_DIR`, and appends what they hold to its 
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -144,6 +145,9 @@ class TensorBoardReader:
         self.max_points = max_points
         self.offsets: dict[str, int] = {}
         self.earlier_points = 0  # taken by earlier attempts of the job
+        # Directories skipped, by this attempt or an earlier one (`remember_skip`).
+        self.skipped: set[str] = set()
+        self._lock = threading.Lock()  # the state: the reading thread's and the program's
         self._load_state()
         self.broken: set[str] = set()
         self._said_walk = False
@@ -161,19 +165,32 @@ class TensorBoardReader:
             files = state["files"]
             self.offsets = {str(k): int(v) for k, v in files.items() if isinstance(v, int)}
             self.earlier_points = int(state["points"])
+            self.skipped = {str(d) for d in state["skip"]}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return
+
+    def remember_skip(self, directory: str) -> None:
+        """A framework reports what it writes under `directory`: kept for later attempts too,
+        whose reading starts before their program says so again."""
+        with self._lock:
+            self.skipped.add(directory)
+        self._save_state()
 
     def _save_state(self) -> None:
         if self.state_file is None:
             return
-        temp = self.state_file.with_name(f"{self.state_file.name}.{os.getpid()}.tmp")
-        state = {"files": self.offsets, "points": self.earlier_points + self.lines.points}
-        try:
-            temp.write_text(json.dumps(state))
-            os.replace(temp, self.state_file)
-        except OSError:
-            pass
+        with self._lock:
+            state = {
+                "files": dict(self.offsets),
+                "points": self.earlier_points + self.lines.points,
+                "skip": sorted(self.skipped),
+            }
+            temp = self.state_file.with_name(f"{self.state_file.name}.{os.getpid()}.tmp")
+            try:
+                temp.write_text(json.dumps(state))
+                os.replace(temp, self.state_file)
+            except OSError:
+                pass
 
     def pass_once(self, *, budget_s: float | None = None) -> int:
         """Read what is new in every event file and append it as metric lines; the number of
@@ -230,7 +247,8 @@ class TensorBoardReader:
                     break
                 if budget_s is not None and time.monotonic() - began > budget_s:
                     break
-        self.offsets[key] = offset
+        with self._lock:
+            self.offsets[key] = offset
 
     def _take(self, found: Records, path: Path) -> None:
         if found.skipped:

@@ -41,6 +41,7 @@ class Steps:
     """How this process's program counts steps, and where it stands."""
 
     last: int | None = None  # the last step recorded (moved, after a resume)
+    epoch: int | None = None  # the last `epoch` logged (its whole part)
     origin: int | None = None  # the first step the program gave `log`
     interval: int | None = None  # the distance to its second one
     optimizer_steps: int = 0
@@ -111,6 +112,9 @@ def _log(original: Any) -> Any:
         result = original(self, values, step, *a, **k)
         if self.is_main_process and not _has_explicit_tracker(self):
             report(steps.recorded(step), values)
+            epoch = values.get("epoch") if isinstance(values, dict) else None
+            if isinstance(epoch, int | float) and not isinstance(epoch, bool):
+                steps.epoch = int(epoch)
         return result
 
     return log
@@ -136,7 +140,8 @@ def _save_state(original: Any, capture: CaptureHost) -> Any:
         if self.is_main_process and folder is not None and Path(folder).is_dir():
             meta = json.dumps(steps.metadata()).encode()
             step = steps.checkpoint_step()
-            register_checkpoint(capture, Path(folder), step=step, epoch=None, extra={META: meta})
+            epoch = steps.epoch
+            register_checkpoint(capture, Path(folder), step=step, epoch=epoch, extra={META: meta})
         return location
 
     return save_state

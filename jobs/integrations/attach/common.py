@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from jobs.integrations.values import report_values
+from jobs.contract.events import metric_line
+from jobs.integrations.values import report_values, split_epoch
 from jobs.runtime import env
 from jobs.runtime.distributed import barrier, get_rank
-from jobs.runtime.events import write_event
+from jobs.runtime.events import clean_metrics, write_event
 
 MAX_CHECKPOINT_METRICS = 100
 
@@ -44,14 +45,27 @@ class CaptureHost(Protocol):
 # spec's `best_metric` can choose among captured checkpoints.
 latest: dict[str, float] = {}
 _reported: set[tuple[object, ...]] = set()
+_last_epoch: tuple[int, object] | None = None
 _saving = threading.local()
 
 
 def report(step: int, values: Mapping[str, Any]) -> bool:
-    """One metric line (rank 0 only), as `report_values` writes it."""
+    """One metric line (rank 0 only), as `report_values` writes it; the metric `epoch` only
+    when it changed or the step did (Trainer logs it with the loss and again with the
+    evaluation of the same step)."""
+    global _last_epoch
     if get_rank() != 0:
         return False
-    written = report_values(step, dict(values))
+    values = dict(values)
+    epoch = values.get("epoch")
+    if epoch is not None and _last_epoch == (step, epoch):
+        line_epoch, rest = split_epoch(values)
+        rest.pop("epoch", None)
+        metrics = clean_metrics(rest)
+        written = bool(metrics) and write_event(metric_line(step, line_epoch, metrics))
+    else:
+        written = report_values(step, values)
+    _last_epoch = (step, epoch)
     for name, value in values.items():
         if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
             latest[str(name)] = float(value)
