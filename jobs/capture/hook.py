@@ -138,7 +138,10 @@ class Capture:
                 pass
         wrapper.__wrapped__ = original
         setattr(owner, name, wrapper)
-        label = f"{getattr(owner, '__module__', '?')}.{getattr(owner, '__qualname__', owner)}"
+        if isinstance(owner, ModuleType):
+            label = owner.__name__
+        else:
+            label = f"{getattr(owner, '__module__', '?')}.{getattr(owner, '__qualname__', owner)}"
         self._wrapped.append((owner, name, wrapper, f"{label}.{name}"))
 
     # -- the hook ---------------------------------------------------------------------------
