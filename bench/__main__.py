@@ -27,6 +27,7 @@ BENCHMARKS = {
     "history": "bench.p9_history",
     "slurm": "bench.p9_slurm",
     "chaos": "bench.r12_chaos",
+    "capture": "bench.p13_capture",
 }
 
 

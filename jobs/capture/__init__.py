@@ -18,6 +18,7 @@ prefix ``[launchbay] capture:``; none of them may stop the program.
 """
 
 import os
+import shutil
 import sys
 import threading
 from collections.abc import Mapping
@@ -82,6 +83,20 @@ def _directories(environ: Mapping[str, str]) -> list[Path]:
     return found
 
 
+def _remove_unfinished_copies(checkpoints: Path) -> None:
+    """Copies of checkpoints an earlier attempt's rank 0 was making when it was killed
+    (`jobs.integrations.attach.common.copy_into_checkpoints` names them so)."""
+    try:
+        for entry in os.scandir(checkpoints):
+            if entry.name.startswith(".") and ".capture-" in entry.name:
+                if entry.name.endswith(".tmp"):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    if os.path.lexists(entry.path):
+                        os.unlink(entry.path)
+    except OSError:
+        pass
+
+
 def _int(text: str | None, default: int) -> int:
     try:
         return int(text) if text else default
@@ -97,6 +112,8 @@ def start(root: Path, environ: Mapping[str, str] = os.environ) -> Session:
     events = environ.get("LAUNCHBAY_EVENTS_FILE", "")
     if (environ.get("RANK", "0") or "0") == "0" and events:
         checkpoints = environ.get("LAUNCHBAY_CHECKPOINT_DIR", "")
+        if checkpoints:
+            _remove_unfinished_copies(Path(checkpoints))
         reader = TensorBoardReader(
             _directories(environ),
             Path(events),
