@@ -7,7 +7,8 @@ its `Trainer`.
   which follows the first logger), and the log says so. A Trainer that has `LaunchbayLogger`
   already gets nothing more.
 - Every checkpoint `Trainer.save_checkpoint` writes (each `ModelCheckpoint` file, a program's
-  own call) is registered once it is complete, with the trainer's step and epoch.
+  own call) is registered once it is complete, with the trainer's step and epoch; one a step
+  (`save_last=True` saves the same state again as `last.ckpt`).
 - `fit()` without `ckpt_path`, in a retried attempt, resumes from the `.ckpt` Launchbay gives back.
 - Event files of the Trainer's TensorBoard loggers are not read again as TensorBoard scalars.
 """
@@ -111,15 +112,21 @@ def _fit(original: Any, capture: CaptureHost) -> Any:
     return fit
 
 
+# The steps a checkpoint was registered at: `ModelCheckpoint(save_last=True)` saves the same
+# state twice a time (`epoch=1-step=8.ckpt`, then `last.ckpt`), kept once.
+_saved_steps: set[int] = set()
+
+
 def _save(original: Any, capture: CaptureHost) -> Any:
     def save_checkpoint(self: Any, filepath: Any, *args: Any, **kwargs: Any) -> Any:
         with framework_saving():
             result = original(self, filepath, *args, **kwargs)
         # Trainer.save_checkpoint ends at a barrier: the file is complete on every rank.
+        step, epoch = int(self.global_step), int(self.current_epoch)
         if self.is_global_zero and isinstance(filepath, str | os.PathLike):
-            if os.path.exists(filepath):
-                step, epoch = int(self.global_step), int(self.current_epoch)
-                register_checkpoint(capture, Path(filepath), step=step, epoch=epoch)
+            if os.path.exists(filepath) and step not in _saved_steps:
+                if register_checkpoint(capture, Path(filepath), step=step, epoch=epoch):
+                    _saved_steps.add(step)
         return result
 
     return save_checkpoint
