@@ -2,8 +2,9 @@
 (examples/pytorch/bug_report/bug_report_model.py: `RandomDataset`, `BoringModel`,
 `Trainer(default_root_dir=os.getcwd(), ...)`, `trainer.fit(model, train_dataloaders=...,
 val_dataloaders=...)`), run as the docs run DDP under torchrun: `Trainer(accelerator="cpu",
-devices=2, strategy="ddp")`. Nothing of Launchbay in it: Lightning's default logger
-(TensorBoard's, which the job installs) and its default `ModelCheckpoint`.
+devices=2, strategy="ddp")`, with a `ModelCheckpoint(save_last=True)` as Lightning's
+checkpointing guide adds one. Nothing of Launchbay in it: Lightning's default logger
+(TensorBoard's, which the job installs).
 
 Not the model's: the first line of `run` moves into LAUNCHBAY_OUTPUT_DIR, because the job's
 working directory is not writable yet (remove it once it is), and, with KILL_RANK_AT_EPOCH set,
@@ -16,6 +17,7 @@ import signal
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset
 
 
@@ -71,6 +73,7 @@ def run():
         max_epochs=3,
         log_every_n_steps=4,
         enable_model_summary=False,
+        callbacks=[ModelCheckpoint(save_last=True)],
     )
     trainer.fit(model, train_dataloaders=train_data, val_dataloaders=val_data)
 
