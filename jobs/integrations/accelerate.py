@@ -9,6 +9,7 @@ from typing import Any
 
 from accelerate.tracking import GeneralTracker, on_main_process
 
+from jobs.integrations.attach.common import report
 from jobs.integrations.values import report_values, split_epoch
 from jobs.runtime.events import close_events
 
@@ -41,7 +42,7 @@ class LaunchbayTracker(GeneralTracker):
         if step is None:
             step = self._last_step + 1
         self._last_step = int(step)
-        report_values(int(step), values)
+        report(int(step), values)
 
     @on_main_process
     def finish(self) -> None:

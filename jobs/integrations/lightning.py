@@ -23,8 +23,7 @@ except ImportError:  # the older package name
     from pytorch_lightning.loggers.logger import Logger
     from pytorch_lightning.utilities import rank_zero_only
 
-from jobs.integrations.attach.common import register_checkpoint
-from jobs.integrations.values import report_values
+from jobs.integrations.attach.common import register_checkpoint, report
 from jobs.runtime import env
 from jobs.runtime.events import close_events
 from jobs.runtime.failure import record_rank_finished
@@ -66,7 +65,7 @@ class LaunchbayLogger(Logger):
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        report_values(int(step or 0), dict(metrics))
+        report(int(step or 0), dict(metrics))
 
     @rank_zero_only
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:

@@ -4,7 +4,8 @@ resume_from_checkpoint())``.
 
 - Every dict Trainer logs (loss, learning_rate, grad_norm, eval_*) becomes a metric line at
   `state.global_step`; Trainer's float epoch (2.5) gives the line its whole part and stays
-  exact as the metric `epoch`.
+  exact as the metric `epoch` (once a step: Trainer logs it with the loss and again with the
+  evaluation).
 - Each checkpoint Trainer saves (``<output_dir>/checkpoint-<step>/``) is registered whole, as
   a directory checkpoint (weights, trainer state, optimizer, scheduler, every rank's RNG
   state), once every rank has written its part, with `output_dir` set to
@@ -25,8 +26,8 @@ from jobs.integrations.attach.common import (
     allow_cpu_index_locations,
     every_rank_saved,
     register_checkpoint,
+    report,
 )
-from jobs.integrations.values import report_values
 from jobs.runtime import env
 from jobs.runtime.failure import record_rank_finished
 
@@ -64,7 +65,7 @@ class LaunchbayCallback(TrainerCallback):
         values = dict(logs)
         if "epoch" not in values and state.epoch is not None:
             values["epoch"] = state.epoch
-        report_values(int(state.global_step), values)
+        report(int(state.global_step), values)
 
     def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         every_rank_saved()  # each rank writes its own RNG state into the directory

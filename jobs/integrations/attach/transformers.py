@@ -15,19 +15,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from transformers import TrainerCallback
-
 from jobs.integrations.attach.common import (
     CaptureHost,
     allow_cpu_index_locations,
     every_rank_saved,
     framework_saving,
     register_checkpoint,
-    report,
     resume_path,
 )
 from jobs.integrations.transformers import LaunchbayCallback
-from jobs.runtime.failure import record_rank_finished
 
 TRAINER_STATE = "trainer_state.json"
 
@@ -49,21 +45,11 @@ def trainer_checkpoint_to_resume() -> Path | None:
     return folder if (folder / TRAINER_STATE).is_file() else None
 
 
-class CaptureCallback(TrainerCallback):
-    """What `LaunchbayCallback` reports, for any `output_dir` (see the module docstring)."""
+class CaptureCallback(LaunchbayCallback):
+    """`LaunchbayCallback`, keeping the checkpoints Trainer saves in any `output_dir`."""
 
     def __init__(self, capture: CaptureHost) -> None:
         self.capture = capture
-
-    def on_log(
-        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any
-    ) -> None:
-        if not state.is_world_process_zero or not logs:
-            return
-        values = dict(logs)
-        if "epoch" not in values and state.epoch is not None:
-            values["epoch"] = state.epoch
-        report(int(state.global_step), values)
 
     def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         every_rank_saved()
@@ -76,16 +62,13 @@ class CaptureCallback(TrainerCallback):
         epoch = int(state.epoch) if state.epoch is not None else None
         register_checkpoint(self.capture, folder, step=int(state.global_step), epoch=epoch)
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-        record_rank_finished()
-
 
 def _init(original: Any, capture: CaptureHost) -> Any:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         try:
             callbacks = self.callback_handler.callbacks
-            if not any(isinstance(c, LaunchbayCallback | CaptureCallback) for c in callbacks):
+            if not any(isinstance(c, LaunchbayCallback) for c in callbacks):
                 self.add_callback(CaptureCallback(capture))
             if "tensorboard" in (self.args.report_to or []) and self.args.logging_dir:
                 capture.skip_tensorboard(trainer_tensorboard_dir(self.args))
