@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from jobs.contract.checkpoints import CheckpointPolicy
 from jobs.environment import EnvironmentSpec
 from jobs.outputs import Outputs
+from jobs.user_regex import BadPattern, compile_user_regex
 
 __all__ = ["LAUNCHER_ENV", "CheckpointPolicy", "CodeRef", "JobSpec", "Outputs"]
 
@@ -43,6 +44,9 @@ DEVICE_ENV = frozenset(
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+MAX_LOG_METRICS = 16
+# Named groups of a `log_metrics` pattern that say where a point is, not what it measures.
+POINT_GROUPS = frozenset({"step", "epoch"})
 
 
 class StrictModel(BaseModel):
@@ -106,6 +110,14 @@ class JobSpec(StrictModel):
         Annotated[str, Field(min_length=1, max_length=128)],
         Annotated[str, Field(max_length=1024)],
     ] = {}
+    # What the program records without edits: its framework's integration attached on import,
+    # TensorBoard scalars, `log_metrics` (docs/training-scripts.md, "Capture"); `off`: none.
+    capture: Literal["auto", "off"] = "auto"
+    # Patterns (RE2, `jobs.user_regex`) matched against rank 0's log lines: each named group is a
+    # metric, `step` and `epoch` give the point's step and epoch.
+    log_metrics: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=256)]], Field(max_length=MAX_LOG_METRICS)
+    ] = []
 
     @field_validator("config")
     @classmethod
@@ -137,6 +149,21 @@ class JobSpec(StrictModel):
         if unknown:
             raise ValueError(f"secret_env names variables that env does not set: {unknown}")
         return list(dict.fromkeys(names))
+
+    @field_validator("log_metrics")
+    @classmethod
+    def _log_metric_patterns(cls, patterns: list[str]) -> list[str]:
+        for number, pattern in enumerate(patterns):
+            try:
+                compiled = compile_user_regex(pattern, capture=True).compiled
+            except BadPattern as exc:
+                raise ValueError(f"log_metrics[{number}]: {exc}") from None
+            if not set(compiled.groupindex) - POINT_GROUPS:
+                raise ValueError(
+                    f"log_metrics[{number}] names no metric: give it a named group, "
+                    "as in 'loss=(?P<loss>[0-9.eE+-]+)'"
+                )
+        return patterns
 
     @field_validator("name")
     @classmethod
@@ -171,6 +198,8 @@ class JobSpec(StrictModel):
             raise ValueError("pass_local_rank_arg applies to the torchrun launcher only")
         if self.launcher == "python" and self.nnodes > 1:
             raise ValueError("nnodes > 1 needs the torchrun launcher")
+        if self.capture == "off" and self.log_metrics:
+            raise ValueError("log_metrics is part of capture: it needs capture 'auto'")
         return self
 
     def resolved_backend(self, cuda_available: bool) -> str:

@@ -181,6 +181,9 @@ class Settings(BaseSettings):
     # Log bytes a job may store; past it lines are counted (`Job.log_lines_dropped`), not
     # stored, and one line in its logs says so. Unset: no cap.
     max_log_bytes_per_job: int | None = Field(default=256 * 1024 * 1024, ge=1024)
+    # Scalars a job's TensorBoard files may add to its metrics (`capture: auto`); past it the
+    # rest is not read, and rank 0's log says so.
+    tensorboard_max_points: int = Field(default=1_000_000, ge=0)
     # The reaper deletes the metric points, and the log lines, of jobs that finished more than
     # this many days ago. Unset: kept for as long as the job.
     metrics_retention_days: float | None = Field(default=None, gt=0)

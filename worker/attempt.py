@@ -19,6 +19,7 @@ import shutil
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from jobs.contract import env as rank_env
 from jobs.spec import JobSpec
 from jobs.states import AttemptRef, ExitReason, JobState
 from service.artifacts import store_for
@@ -328,6 +329,8 @@ def _prepare(
         reserved=taken.reserved,
         pass_env=settings.job_pass_env,
     )
+    limit = {rank_env.TENSORBOARD_MAX_POINTS: str(settings.tensorboard_max_points)}
+    plan = replace(plan, env={**plan.env, **limit})
     for name in held_back(os.environ, settings.job_pass_env):
         log.warning("%s holds a password: not passed to job %s", name, ref.job_id)
     if owner is not None:

@@ -18,7 +18,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from worker.events import (
     metric_points,
     parse_event_line,
 )
+from worker.log_metrics import LogMetrics
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,9 @@ class Ingestor:
         max_line_bytes: int,
         on_checkpoint: Callable[[CheckpointEvent], None],
         max_log_bytes: int | None = None,
+        log_metrics: Sequence[str] = (),
     ) -> None:
+        """`log_metrics`: the spec's patterns, matched against rank 0's log lines."""
         self.engine = engine
         # Log lines name their node: 0 for a single-node job.
         self.node = ref.node or 0
@@ -139,6 +142,7 @@ class Ingestor:
         self.events = LineReader(events_file, max_line_bytes=1 << 20)
         self.rank_logs: dict[int, LineReader] = {}
         self.on_checkpoint = on_checkpoint
+        self.log_metrics = LogMetrics(log_metrics)
         self.invalid_events = 0
         # The first few reasons ("line N: why"), for the job's logs and message.
         self.invalid_reasons: list[str] = []
@@ -175,6 +179,10 @@ class Ingestor:
                 NewLogLine(rank=rank, ts=now, line=line, node=self.node) for line in lines
             ]
             self.log_lines_seen += len(lines)
+            if rank == 0 and self.log_metrics and lines:
+                printed = self.log_metrics.points(lines, now)
+                self.metric_points_seen += len(printed)
+                self._points += printed
         lines = self.events.drain() if final else self.events.read_lines()
         for line in lines:
             self.events_lines += 1

@@ -310,6 +310,7 @@ def build_env(
             rank_env.DEVICE: "cuda" if uses_cuda else "cpu",
             rank_env.BACKEND: spec.resolved_backend(cuda_available),
             rank_env.CHECKPOINT: spec.checkpoint.model_dump_json(),
+            rank_env.CAPTURE: spec.capture,
         }
     )
     if resume_from is not None:

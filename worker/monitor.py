@@ -122,6 +122,7 @@ class AttemptMonitor:
             max_line_bytes=settings.max_log_line_bytes,
             on_checkpoint=self.registrar.add,
             max_log_bytes=settings.max_log_bytes_per_job,
+            log_metrics=spec.log_metrics if spec.capture == "auto" else (),
         )
         self.disk = DiskWatch(engine, ref.job_id, paths.data_dir, settings.owner_disk_quota_bytes)
         self.over_disk: str | None = None

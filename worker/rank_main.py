@@ -23,6 +23,9 @@ and this file:
   ``DIR/rank-<RANK>.group`` (`rank_group.py`); for the `python` launcher (``--children``), has
   each process the program starts log to its own file and note its group too
   (`rank_child.py`);
+- with ``LAUNCHBAY_CAPTURE=auto`` (the spec's `capture`), starts Launchbay's capture before the
+  program (`jobs/capture`, loaded by its path: the program's integrations attach themselves on
+  import, rank 0 reads TensorBoard files) and finishes it after (`run_captured`);
 - when the program returns (or exits 0), writes ``DIR/rank-<RANK>.finished``, as the SDK's
   `distributed()` does when it is left (the same file, written here without importing the
   SDK), then releases a process group the program left open (collected, then destroyed):
@@ -46,6 +49,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 USAGE = (
     "usage: rank_main.py --log-dir DIR [--local-rank-arg[=auto|dash|underscore]] [--children] "
@@ -54,6 +58,10 @@ USAGE = (
 SPELLINGS = {"dash": "--local-rank", "underscore": "--local_rank"}
 PR_SET_PDEATHSIG = 1
 LAUNCHER_PID_ENV = "LAUNCHBAY_LAUNCHER_PID"
+CAPTURE_ENV = "LAUNCHBAY_CAPTURE"
+CAPTURE_PACKAGE = Path(__file__).resolve().parents[1] / "jobs" / "capture"
+# After a failed program, the most its last TensorBoard scalars may hold the rank up.
+CAPTURE_AFTER_ERROR_S = 10.0
 
 
 def die_with_launcher() -> None:
@@ -237,6 +245,48 @@ def run_program(kind: str, target: str, args: list[str]) -> None:
         runpy.run_path(script, run_name="__main__")
 
 
+def start_capture() -> Any:
+    """`capture: auto`: Launchbay's capture session (`jobs/capture`, standard library only),
+    loaded by its path under a private name, before the program's directory is on sys.path;
+    None when off or when it cannot start (said in the log: the program runs anyway)."""
+    if os.environ.get(CAPTURE_ENV) != "auto":
+        return None
+    try:
+        init = CAPTURE_PACKAGE / "__init__.py"
+        spec = importlib.util.spec_from_file_location(
+            "_launchbay_capture", init, submodule_search_locations=[str(CAPTURE_PACKAGE)]
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        return module.start(CAPTURE_PACKAGE.parents[1])
+    except Exception as exc:
+        print(f"[launchbay] capture: could not start ({exc})", file=sys.stderr)
+        return None
+
+
+def run_captured(kind: str, target: str, args: list[str]) -> None:
+    """`run_program` inside a capture session (`start_capture`), finished however it ends:
+    fully when it returned, briefly after an error, not at all when it is interrupted."""
+    session = start_capture()
+    budget: float | None = 0.0
+    try:
+        run_program(kind, target, args)
+        budget = None
+    except SystemExit as exc:
+        budget = None if exc.code in (None, 0) else CAPTURE_AFTER_ERROR_S
+        raise
+    except Exception:
+        budget = CAPTURE_AFTER_ERROR_S
+        raise
+    finally:
+        if session is not None and budget is None:
+            session.finish()
+        elif session is not None and budget:
+            session.finish(budget)
+
+
 def main() -> None:
     die_with_launcher()
     log_dir, local_rank_arg, kind, target, args = parse_argv(sys.argv[1:])
@@ -250,7 +300,7 @@ def main() -> None:
         args = [f"{flag}={os.environ.get('LOCAL_RANK', '0')}", *args]
     note_groups(log_dir, rank, children="--children" in sys.argv[1 : sys.argv.index(f"--{kind}")])
     try:
-        run_program(kind, target, args)
+        run_captured(kind, target, args)
     except SystemExit as exc:
         code = exc.code
         if code not in (None, 0):

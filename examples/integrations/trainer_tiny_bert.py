@@ -1,7 +1,9 @@
 """Hugging Face `Trainer` on 2 ranks with `LaunchbayCallback`: a tiny BERT built from a config
 (nothing downloaded from a model hub) learns to tell two kinds of token sequences apart.
 Metrics (loss, learning_rate, eval_loss, eval_accuracy) reach Launchbay, each checkpoint
-Trainer saves is registered, and a retried attempt resumes from the latest.
+Trainer saves (model, optimizer, scheduler, every rank's RNG state) is registered, and a retried
+attempt resumes from the latest. Without `LaunchbayCallback` and the two helpers, capture
+(`capture: auto`, the default) records the same from wherever `output_dir` is.
 
 `--fail-at-step N` makes the first attempt fail right after the checkpoint of step N: with
 `max_retries: 1` the second attempt resumes from it. transformers is the job's own
@@ -99,10 +101,6 @@ def main() -> None:
         eval_strategy="steps",
         eval_steps=args.save_steps,
         save_steps=args.save_steps,
-        # The model and Trainer's state only: transformers 4.57 loads a saved optimizer onto
-        # `args.device` when there are several ranks, which on CPU ranks torch 2.13 cannot
-        # restore to ("cpu:0"). A resumed attempt starts its optimizer afresh.
-        save_only_model=True,
         report_to=[],
         use_cpu=True,
         ddp_backend="gloo",

@@ -21,3 +21,7 @@ NODE = "LAUNCHBAY_NODE"
 # The CPU slots a job was given on a worker without GPUs (`cpu:0,cpu:1`), under the dispatcher;
 # its processes are pinned to the matching cores.
 CPU_SLOTS = "LAUNCHBAY_CPU_SLOTS"
+# The spec's `capture` (`auto` or `off`): worker/rank_main.py starts jobs/capture under `auto`.
+CAPTURE = "LAUNCHBAY_CAPTURE"
+# How many TensorBoard scalars capture may add to the job's metrics (the worker's setting).
+TENSORBOARD_MAX_POINTS = "LAUNCHBAY_TENSORBOARD_MAX_POINTS"

@@ -4,4 +4,7 @@ framework when it is imported itself, never before, so Launchbay does not depend
 - `jobs.integrations.accelerate.LaunchbayTracker`: `Accelerator(log_with=LaunchbayTracker())`.
 - `jobs.integrations.transformers.LaunchbayCallback`: `Trainer(..., callbacks=[...])`.
 - `jobs.integrations.lightning.LaunchbayLogger`: `L.Trainer(logger=LaunchbayLogger())`.
+
+`jobs.integrations.attach` does the same for programs that use none of these: capture
+(`capture: auto`) attaches it when the program imports its framework.
 """

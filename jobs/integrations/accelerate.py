@@ -5,34 +5,15 @@ to Launchbay (the events file, on the main process), as ``lb.report`` does.
 Importing this module imports accelerate; Launchbay itself never does.
 """
 
-import math
 from typing import Any
 
 from accelerate.tracking import GeneralTracker, on_main_process
 
-from jobs.runtime.events import clean_metrics, close_events, write_event
+from jobs.integrations.attach.common import report
+from jobs.integrations.values import report_values, split_epoch
+from jobs.runtime.events import close_events
 
-
-def split_epoch(values: dict[str, Any]) -> tuple[int | None, dict[str, Any]]:
-    """(the epoch as the protocol's whole number, the other values). Frameworks log the
-    epoch as a float (2.5: half-way through the third); the line keeps its whole part and
-    the exact value as the metric `epoch`."""
-    rest = dict(values)
-    epoch = rest.get("epoch")
-    if isinstance(epoch, int | float) and not isinstance(epoch, bool) and math.isfinite(epoch):
-        return int(math.floor(epoch)), rest
-    rest.pop("epoch", None)
-    return None, rest
-
-
-def report_values(step: int, values: dict[str, Any]) -> bool:
-    """One metric line of `values` at `step` (its numbers; `epoch` as `split_epoch` says):
-    the names are free here (`epoch`, `eval/loss`), unlike keyword arguments of `lb.report`."""
-    epoch, rest = split_epoch(values)
-    metrics = clean_metrics(rest)
-    if not metrics:
-        return False
-    return write_event({"type": "metric", "step": step, "epoch": epoch, "metrics": metrics})
+__all__ = ["LaunchbayTracker", "report_values", "split_epoch"]
 
 
 class LaunchbayTracker(GeneralTracker):
@@ -61,7 +42,7 @@ class LaunchbayTracker(GeneralTracker):
         if step is None:
             step = self._last_step + 1
         self._last_step = int(step)
-        report_values(int(step), values)
+        report(int(step), values)
 
     @on_main_process
     def finish(self) -> None:

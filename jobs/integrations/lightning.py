@@ -23,9 +23,9 @@ except ImportError:  # the older package name
     from pytorch_lightning.loggers.logger import Logger
     from pytorch_lightning.utilities import rank_zero_only
 
-from jobs.integrations.accelerate import report_values
+from jobs.integrations.attach.common import register_checkpoint, report
 from jobs.runtime import env
-from jobs.runtime.events import close_events, write_event
+from jobs.runtime.events import close_events
 from jobs.runtime.failure import record_rank_finished
 
 
@@ -65,24 +65,21 @@ class LaunchbayLogger(Logger):
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        report_values(int(step or 0), dict(metrics))
+        report(int(step or 0), dict(metrics))
 
     @rank_zero_only
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
         saved = getattr(checkpoint_callback, "_last_checkpoint_saved", "") or ""
         if not saved or saved in self._registered or not Path(saved).is_file():
             return
-        try:
-            relative = Path(saved).resolve().relative_to(env.checkpoint_dir().resolve())
-        except ValueError:
+        if not Path(saved).resolve().is_relative_to(env.checkpoint_dir().resolve()):
             return  # saved outside the job's checkpoint directory
         self._registered.add(saved)
         step = int(getattr(checkpoint_callback, "_last_global_step_saved", 0) or 0)
         found = re.search(r"epoch=(\d+)", Path(saved).name)  # ModelCheckpoint's default name
         epoch = int(found.group(1)) if found else None
-        write_event(
-            {"type": "checkpoint", "path": relative.as_posix(), "step": step, "epoch": epoch}
-        )
+        # Once per version of the file, also when capture registered it first.
+        register_checkpoint(None, Path(saved), step=step, epoch=epoch)
 
     def finalize(self, status: str) -> None:
         # Every rank: one that finished its work may still be aborted at interpreter exit.

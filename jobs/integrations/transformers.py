@@ -4,11 +4,13 @@ resume_from_checkpoint())``.
 
 - Every dict Trainer logs (loss, learning_rate, grad_norm, eval_*) becomes a metric line at
   `state.global_step`; Trainer's float epoch (2.5) gives the line its whole part and stays
-  exact as the metric `epoch`.
+  exact as the metric `epoch` (once a step: Trainer logs it with the loss and again with the
+  evaluation).
 - Each checkpoint Trainer saves (``<output_dir>/checkpoint-<step>/``) is registered whole, as
-  a directory checkpoint (weights, trainer state, and optimizer when Trainer saves it), with
-  `output_dir` set to LAUNCHBAY_CHECKPOINT_DIR (`checkpoint_dir()`): a retried attempt, on
-  this worker or another, resumes from that directory.
+  a directory checkpoint (weights, trainer state, optimizer, scheduler, every rank's RNG
+  state), once every rank has written its part, with `output_dir` set to
+  LAUNCHBAY_CHECKPOINT_DIR (`checkpoint_dir()`): a retried attempt, on this worker or another,
+  resumes from that directory (`allow_cpu_index_locations` says why CPU ranks can).
 - When training ends, every rank says it finished its work, so a rank that torch + gloo abort
   at interpreter exit does not fail the job (as on leaving `distributed()`).
 
@@ -20,12 +22,18 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from jobs.integrations.accelerate import report_values
+from jobs.integrations.attach.common import (
+    allow_cpu_index_locations,
+    every_rank_saved,
+    register_checkpoint,
+    report,
+)
 from jobs.runtime import env
-from jobs.runtime.events import write_event
 from jobs.runtime.failure import record_rank_finished
 
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+
+allow_cpu_index_locations()
 
 
 def checkpoint_dir() -> str:
@@ -57,21 +65,19 @@ class LaunchbayCallback(TrainerCallback):
         values = dict(logs)
         if "epoch" not in values and state.epoch is not None:
             values["epoch"] = state.epoch
-        report_values(int(state.global_step), values)
+        report(int(state.global_step), values)
 
     def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        every_rank_saved()  # each rank writes its own RNG state into the directory
         if not state.is_world_process_zero:
             return
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if not any((folder / n).is_file() for n in WEIGHTS):
             return
-        try:
-            relative = folder.resolve().relative_to(env.checkpoint_dir().resolve())
-        except ValueError:
-            return  # saved outside the job's checkpoint directory: not Launchbay's to keep
+        if not folder.resolve().is_relative_to(env.checkpoint_dir().resolve()):
+            return  # saved outside the job's checkpoint directory: not this callback's to keep
         epoch = int(state.epoch) if state.epoch is not None else None
-        event = {"type": "checkpoint", "path": relative.as_posix(), "step": state.global_step}
-        write_event({**event, "epoch": epoch})
+        register_checkpoint(None, folder, step=int(state.global_step), epoch=epoch)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         record_rank_finished()  # every rank, not only world process zero

@@ -115,3 +115,13 @@ def test_the_contracts_and_the_service_load_without_torch() -> None:
         "jobs.states, service.app, service.reaper"
     )
     assert loaded_by(imports, ("torch",)) == []
+
+
+def test_capture_imports_only_the_standard_library() -> None:
+    # worker/rank_main.py loads it by its path before the program runs, under a private name:
+    # it may import neither `jobs` (the program may have its own) nor anything installed.
+    modules = sources("jobs/capture")
+    assert len(modules) >= 3
+    for path in modules:
+        for module in imported_modules(path):
+            assert module.split(".")[0] in sys.stdlib_module_names, (path, module)

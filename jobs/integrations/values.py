@@ -1,0 +1,29 @@
+"""Numbers a framework logs, as the events file's metric lines: no framework imported here, so
+every integration (and capture, `jobs.integrations.attach`) shares it."""
+
+import math
+from typing import Any
+
+from jobs.runtime.events import clean_metrics, write_event
+
+
+def split_epoch(values: dict[str, Any]) -> tuple[int | None, dict[str, Any]]:
+    """(the epoch as the protocol's whole number, the other values). Frameworks log the
+    epoch as a float (2.5: half-way through the third); the line keeps its whole part and
+    the exact value as the metric `epoch`."""
+    rest = dict(values)
+    epoch = rest.get("epoch")
+    if isinstance(epoch, int | float) and not isinstance(epoch, bool) and math.isfinite(epoch):
+        return int(math.floor(epoch)), rest
+    rest.pop("epoch", None)
+    return None, rest
+
+
+def report_values(step: int, values: dict[str, Any]) -> bool:
+    """One metric line of `values` at `step` (its numbers; `epoch` as `split_epoch` says):
+    the names are free here (`epoch`, `eval/loss`), unlike keyword arguments of `lb.report`."""
+    epoch, rest = split_epoch(values)
+    metrics = clean_metrics(rest)
+    if not metrics:
+        return False
+    return write_event({"type": "metric", "step": step, "epoch": epoch, "metrics": metrics})
