@@ -143,7 +143,7 @@ class OutputMatcher:
 
     def bases(self) -> list[str]:
         """Where to search: the shortest base directories, none below another."""
-        found = sorted({glob_base(g) for g in self.globs}, key=len)
+        found = sorted({glob_base(g) for g in self.globs}, key=lambda base: (len(base), base))
         kept: list[str] = []
         for base in found:
             if not any(base == k or k == "" or base.startswith(k + "/") for k in kept):

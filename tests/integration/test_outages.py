@@ -171,7 +171,7 @@ def sweep(api: TestClient, job_id: str) -> dict[str, Any]:
 
 
 # What answers without the database: liveness, the built-in recipes, a dry run of a spec.
-NEEDS_NO_DATABASE = {"GET /v1/health", "GET /v1/recipes", "POST /v1/dry-run"}
+NEEDS_NO_DATABASE = {"GET /v1/health", "GET /v1/limits", "GET /v1/recipes", "POST /v1/dry-run"}
 # What writes to the database in `sweep` (others are refused before they would: 404, 409).
 WRITES = {
     "POST /v1/jobs",
