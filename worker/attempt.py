@@ -27,7 +27,7 @@ from service.db import session_scope
 from service.models import utcnow
 from service.scheduling.admission import reservations_of
 from service.store import NodeSeat, TakenJob, join_node, take_job
-from worker import build_cache
+from worker import build_cache, carried_state
 from worker.attempt_end import announcer, record_lost, record_outcome, with_notes
 from worker.context import AttemptServices
 from worker.disk import record_job_disk_use
@@ -288,6 +288,7 @@ def _leave_attempt(paths: RunPaths, work: WorkDir | None, job_user: JobUser | No
     shutil.rmtree(paths.work_dir, ignore_errors=True)
     shutil.rmtree(paths.home_dir, ignore_errors=True)
     if paths.checkpoint_dir.parent == paths.run_dir:
+        carried_state.keep(paths)
         shutil.rmtree(paths.checkpoint_dir, ignore_errors=True)
 
 

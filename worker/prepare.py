@@ -22,6 +22,7 @@ from jobs.contract import env as rank_env
 from jobs.spec import JobSpec
 from jobs.startup_env import startup_env_names
 from service.artifacts import ArtifactStore, LocalStore
+from worker import carried_state
 from worker.checkpoints import WORK_KEY
 from worker.devices import (
     CudaInfo,
@@ -128,14 +129,20 @@ def prepare_code(code_store: Path, code_id: str, target: Path, entrypoint: str) 
 def prepare_work_dir(spec: JobSpec, paths: RunPaths, code_store: Path) -> None:
     """The attempt's working directory: a copy of the job's code, or empty for a recipe; the
     writable checkpoint directories of earlier attempts are gone (what they registered is
-    kept, and a resumed attempt gets its own copy)."""
+    kept, and a resumed attempt gets its own copy), but for what rank 0 carries to the next
+    attempt (`worker.carried_state`)."""
     if spec.code is not None:
         prepare_code(code_store, spec.code.code_id, paths.work_dir, spec.code.entrypoint)
     else:
         make_work_dir(paths.work_dir, None, None)
-    for earlier in paths.checkpoint_dir.parent.parent.glob("attempt-*/checkpoints"):
+    for earlier in sorted(
+        paths.checkpoint_dir.parent.parent.glob("attempt-*/checkpoints"),
+        key=lambda found: (len(found.parent.name), found.parent.name),  # attempt-2 before -10
+    ):
         if earlier != paths.checkpoint_dir:
+            carried_state.keep(paths, earlier)  # a multi-node attempt's, kept with the job
             shutil.rmtree(earlier, ignore_errors=True)
+    carried_state.restore(paths)
 
 
 def resume_copy(kept: Path, paths: RunPaths) -> Path:

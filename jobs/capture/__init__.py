@@ -123,7 +123,5 @@ def start(root: Path, environ: Mapping[str, str] = os.environ) -> Session:
             _int(environ.get("LAUNCHBAY_TENSORBOARD_MAX_POINTS"), DEFAULT_MAX_POINTS),
         )
     if reader is not None:
-        for directory in reader.skipped:  # as an earlier attempt's program said
-            capture.skip_tensorboard(directory)
         capture.on_skip = reader.remember_skip
     return Session(capture, reader)

@@ -7,7 +7,11 @@ working directory and `LAUNCHBAY_OUTPUT_DIR`, and appends what they hold to its 
   `logging_dir`, a Lightning `TensorBoardLogger`'s) are skipped, so nothing is recorded twice.
 - Read from where the last pass stopped; a record still being written waits. How far each
   file was read is kept in the checkpoint directory (``.launchbay-tensorboard.json``), which
-  every attempt shares, so a retried attempt does not read again what an earlier one did.
+  the worker carries to the next attempt's (`worker.carried_state`), so a retried attempt does
+  not read again what an earlier one did.
+  Files and skipped directories are known by their path below the root they lie in: what an
+  attempt wrote to its working directory is under the output dir for the next one (the worker
+  keeps it there under the same path), and is the same file.
 - A scalar's name is its tag (`add_scalars`' ``loss_train/`` directories give `loss/train`).
 - Scalars of one step that follow each other go in one line (at most `MAX_PER_LINE`); a step
   or a name the events file cannot hold (a negative step, a 200-character tag, NaN) is skipped
@@ -136,7 +140,8 @@ class TensorBoardReader:
         note: Callable[[str], None],
         max_points: int = DEFAULT_MAX_POINTS,
     ) -> None:
-        self.roots = [Path(r) for r in roots]
+        # The most specific root first: a path is known below the deepest root holding it.
+        self.roots = sorted((Path(r) for r in roots), key=lambda r: -len(r.parts))
         self.events_file = events_file
         self.state_file = state_file
         self.skip = skip
@@ -169,12 +174,24 @@ class TensorBoardReader:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return
 
+    def key(self, path: Path | str) -> str:
+        """`path` as known across attempts: below its root (module docstring), else whole."""
+        for root in self.roots:
+            try:
+                return Path(path).relative_to(root).as_posix()
+            except ValueError:
+                continue
+        return str(path)
+
     def remember_skip(self, directory: str) -> None:
         """A framework reports what it writes under `directory`: kept for later attempts too,
         whose reading starts before their program says so again."""
         with self._lock:
-            self.skipped.add(directory)
+            self.skipped.add(self.key(directory))
         self._save_state()
+
+    def _skipped(self, directory: Path) -> bool:
+        return self.key(directory) in self.skipped or self.skip(directory)
 
     def _save_state(self) -> None:
         if self.state_file is None:
@@ -198,7 +215,7 @@ class TensorBoardReader:
         began = time.monotonic()
         if self.full:
             return 0
-        files, cut = find_event_files(self.roots, self.skip)
+        files, cut = find_event_files(self.roots, self._skipped)
         if cut and not self._said_walk:
             self._said_walk = True
             self.note(f"TensorBoard files looked for in the first {MAX_WALK_ENTRIES} entries only")
@@ -224,7 +241,7 @@ class TensorBoardReader:
         return self.lines.points - before
 
     def _read_file(self, path: Path, began: float, budget_s: float | None) -> None:
-        key = str(path)
+        key = self.key(path)
         if key in self.broken:
             return
         offset = self.offsets.get(key, 0)

@@ -5,8 +5,8 @@ registered and downloaded, and a retried attempt resuming from the last one.
   `LaunchbayLogger`: examples/integrations/), with capture on (the default): nothing twice.
 - Capture without edits (`capture: auto`): programs written as their frameworks' docs write
   them, with nothing of Launchbay in them (`programs/capture_*.py`, each saying whose example it
-  follows and what it does that the example does not: today it writes under
-  LAUNCHBAY_OUTPUT_DIR, the working directory being read-only, and the fault the test injects);
+  follows and what it does that the example does not: the fault the test injects); they write
+  to their working directory, as published;
   a rank killed after a checkpoint, the retried attempt resumes from it (optimizer, scheduler
   and RNG included). transformers and Lightning come with TensorBoard, so their default
   TensorBoard loggers write files too: what the framework reports is not read again from them.
@@ -324,13 +324,14 @@ def test_an_unmodified_accelerate_program_resumes_with_steps_that_go_on(stack: S
         accuracy = [(p["step"], p["attempt"]) for p in named["accuracy"]]
         assert accuracy == [(0, 1), (1, 1), (2, 2), (3, 2), (4, 2)]
         assert_each_step_once([p for p in found if p["step"] is not None])
+        # The retry's loop starts over at epoch_0 (its steps go on): saved again under the
+        # first attempt's name, it replaces that one, as it does in the program's directory.
         saved = checkpoints(http, job["id"])
-        assert [(c["step"], c["attempt"]) for c in saved] == [
-            (0, 1),
-            (1, 1),
-            (2, 2),
-            (3, 2),
-            (4, 2),
+        assert [(Path(c["path"]).name, c["step"], c["attempt"]) for c in saved] == [
+            ("epoch_1", 1, 1),
+            ("epoch_0", 2, 2),
+            ("epoch_1.2", 3, 2),  # beside the resumed epoch_1, restored where it was saved
+            ("epoch_2", 4, 2),
         ]
         assert {
             "model.safetensors",
@@ -338,7 +339,7 @@ def test_an_unmodified_accelerate_program_resumes_with_steps_that_go_on(stack: S
             "scheduler.bin",
             "random_states_0.pkl",
             "random_states_1.pkl",
-        } <= tar_names(http, job["id"], saved[1]["id"])
+        } <= tar_names(http, job["id"], saved[0]["id"])
         # What rank 0 printed, at the epoch the line names (no step: the pattern gives none).
         lines = [(p["epoch"], p["attempt"], p["step"]) for p in named["printed_accuracy"]]
         assert lines == [(0, 1, None), (1, 1, None), (0, 2, None), (1, 2, None), (2, 2, None)]

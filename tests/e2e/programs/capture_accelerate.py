@@ -109,7 +109,6 @@ def training_function(config, args):
 
 
 def main():
-    os.chdir(os.environ.get("LAUNCHBAY_OUTPUT_DIR", "."))
     parser = argparse.ArgumentParser(description="Simple example of training script.")
     parser.add_argument("--cpu", action="store_true", help="If passed, will train on the CPU.")
     parser.add_argument("--checkpointing_steps", type=str, default=None)

@@ -61,7 +61,6 @@ class BoringModel(LightningModule):
 
 
 def run():
-    os.chdir(os.environ.get("LAUNCHBAY_OUTPUT_DIR", "."))
     train_data = DataLoader(RandomDataset(32, 64), batch_size=2)
     val_data = DataLoader(RandomDataset(32, 64), batch_size=2)
     model = BoringModel()

@@ -19,8 +19,6 @@ import time
 import numpy as np
 from torch.utils.tensorboard import SummaryWriter
 
-os.chdir(os.environ.get("LAUNCHBAY_OUTPUT_DIR", "."))
-
 writer = SummaryWriter()
 
 for n_iter in range(100):

@@ -5,10 +5,8 @@ compute_metrics)`, `trainer.train()`), with nothing of Launchbay in it: a tiny B
 config and made-up sequences, so nothing comes from the Hub. `report_to` is left at its default
 ("all": TensorBoard, which the job installs).
 
-Two lines are not the guide's: the first line of `main` moves into LAUNCHBAY_OUTPUT_DIR, because
-the job's working directory is not writable yet (remove it once it is), and a callback kills
-rank 1 outright (SIGKILL) right after the first checkpoint when KILL_RANK_AFTER_SAVE is set in
-the first attempt: the fault the test injects.
+One thing is not the guide's: a callback kills rank 1 outright (SIGKILL) right after the first
+checkpoint when KILL_RANK_AFTER_SAVE is set in the first attempt: the fault the test injects.
 """
 
 import os
@@ -61,7 +59,6 @@ def compute_metrics(eval_pred):
 
 
 def main():
-    os.chdir(os.environ.get("LAUNCHBAY_OUTPUT_DIR", "."))
     torch.manual_seed(0)
     config = BertConfig(
         vocab_size=VOCAB,

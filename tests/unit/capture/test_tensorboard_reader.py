@@ -145,6 +145,29 @@ def test_a_skipped_directory_is_remembered_for_a_later_attempt(tmp_path: Path) -
     assert later.skipped == {"/somewhere/runs"}
 
 
+def test_what_an_attempt_wrote_to_its_working_dir_is_not_read_again_under_the_output_dir(
+    tmp_path: Path,
+) -> None:
+    """The worker keeps an attempt's working directory under the output dir (same paths): the
+    next attempt, in a working directory of its own, reads neither those files again nor a
+    directory a framework reported from."""
+    events, state = tmp_path / "events.jsonl", tmp_path / "ckpt" / "state.json"
+    state.parent.mkdir()
+    first, output = tmp_path / "attempt-1", tmp_path / "output"
+    write_scalars(first / "runs" / NAME, [("loss", 0.5, 1)])
+    write_scalars(first / "model" / "runs" / "x" / NAME, [("train/loss", 0.5, 1)])
+    tb = TensorBoardReader([first, output], events, state, lambda d: False, print)
+    tb.remember_skip(str(first / "model" / "runs"))
+    assert tb.pass_once() == 1
+    first.rename(output)  # kept, as `worker.workdir` does
+    write_scalars(output / "runs" / NAME, [("loss", 0.25, 2)])  # as if written later
+    second = tmp_path / "attempt-2"
+    second.mkdir()
+    later = TensorBoardReader([second, output], events, state, lambda d: False, print)
+    assert later.pass_once() == 1  # step 2 only
+    assert [line["metrics"] for line in read_lines(events)] == [{"loss": 0.5}, {"loss": 0.25}]
+
+
 def test_the_walk_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A working directory of many files costs a bounded walk, said once."""
     work = tmp_path / "work"

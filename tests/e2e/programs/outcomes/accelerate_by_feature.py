@@ -2,9 +2,8 @@
 `--cpu`, `--mixed_precision`, `--checkpointing_steps`, `--output_dir`; `training_function(config,
 args)` with `Accelerator(cpu=args.cpu, ...)`, `accelerator.prepare`, `accelerator.backward`,
 `gather_for_metrics`, `accelerator.print` and `save_state` every epoch, run with its defaults.
-accelerate's own RegressionModel and RegressionDataset stand in for BERT on GLUE (no Hub), and
-`--output_dir` defaults to $LAUNCHBAY_OUTPUT_DIR (today's jobs cannot write to `./`). Nothing
-of Launchbay's is imported."""
+accelerate's own RegressionModel and RegressionDataset stand in for BERT on GLUE (no Hub).
+Nothing of Launchbay's is imported."""
 
 import argparse
 import os
@@ -87,7 +86,7 @@ def main():
     parser.add_argument(
         "--output_dir",
         type=str,
-        default=os.environ.get("LAUNCHBAY_OUTPUT_DIR", "."),
+        default=".",
         help="Optional save directory where all checkpoint folders will be stored.",
     )
     args = parser.parse_args()

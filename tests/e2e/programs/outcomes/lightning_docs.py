@@ -1,9 +1,6 @@
 """Lightning's docs' first example ("Lightning in 15 minutes": LitAutoEncoder and
 `L.Trainer(limit_train_batches=100, max_epochs=1)`), run unmodified but for what this machine
-lacks: random images in place of MNIST (no download) and `default_root_dir` at
-$LAUNCHBAY_OUTPUT_DIR (today's jobs cannot write to `./`). Nothing of Launchbay's is imported."""
-
-import os
+lacks: random images in place of MNIST (no download). Nothing of Launchbay's is imported."""
 
 import lightning as L
 import torch
@@ -47,7 +44,5 @@ dataset = utils.data.TensorDataset(images, torch.zeros(64))
 train_loader = utils.data.DataLoader(dataset)
 
 # train the model (hint: here are some helpful Trainer arguments for rapid idea iteration)
-trainer = L.Trainer(
-    limit_train_batches=100, max_epochs=1, default_root_dir=os.environ["LAUNCHBAY_OUTPUT_DIR"]
-)
+trainer = L.Trainer(limit_train_batches=100, max_epochs=1)
 trainer.fit(model=autoencoder, train_dataloaders=train_loader)

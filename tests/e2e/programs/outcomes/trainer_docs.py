@@ -1,9 +1,6 @@
 """The transformers docs' Trainer example (docs "Trainer" / "Fine-tune a pretrained model"), run
 unmodified but for what this machine lacks: the model is built from a config (no Hub), the data
-is a small in-memory dataset, no push to the Hub, and `output_dir` names $LAUNCHBAY_OUTPUT_DIR
-(today's jobs cannot write to `./`). Nothing of Launchbay's is imported."""
-
-import os
+is a small in-memory dataset and no push to the Hub. Nothing of Launchbay's is imported."""
 
 import torch
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
@@ -33,7 +30,7 @@ config = BertConfig(
 model = BertForSequenceClassification(config)
 
 training_args = TrainingArguments(
-    output_dir=os.environ["LAUNCHBAY_OUTPUT_DIR"],
+    output_dir="my_awesome_model",
     learning_rate=2e-5,
     per_device_train_batch_size=4,
     per_device_eval_batch_size=4,
