@@ -116,27 +116,60 @@ def make_private(binds: list[tuple[str, str]], shm_size: int | None, keep: list[
     covered = [t for _, t in targets] + ([SHM] if os.path.isdir(SHM) else [])
     hiding = masks(keep, covered)
     covered += hiding
-    kept: list[str] = []
-    for path in sorted({os.path.realpath(k) for k in keep}):
-        hidden = any(_under(path, t) for t in covered)
-        if hidden and os.path.isdir(path) and not any(_under(path, k) for k in kept):
-            kept.append(path)
+    kept = _hidden(keep, covered)
+    # Below a path mounted back, a directory others may not search (a 0700 home in a clone
+    # under /tmp) is masked in turn, and what it hides of `keep` mounted back too.
+    inner = masks_below(keep, kept)
+    kept_inner = _hidden(keep, inner)
     # Opened first: a source or a kept path may lie under a target, hidden once it is covered.
     flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
     sources = [(os.open(source, flags), target) for source, target in targets]
     backs = [(os.open(path, os.O_PATH | os.O_DIRECTORY), path) for path in kept]
+    inner_backs = [(os.open(path, os.O_PATH | os.O_DIRECTORY), path) for path in kept_inner]
     for fd, target in sources:
         _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
     if SHM in covered:
         size = f",size={shm_size}" if shm_size else ""
         _mount("tmpfs", SHM, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777{size}")
-    for directory in hiding:
-        _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0711,size=1m")
-    for fd, path in backs:
-        os.makedirs(path, mode=0o711, exist_ok=True)  # in the new mount, root's
-        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-    for fd, _ in sources + backs:
+    for directories, mounted_back in ((hiding, backs), (inner, inner_backs)):
+        for directory in directories:
+            _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0711,size=1m")
+        for fd, path in mounted_back:
+            os.makedirs(path, mode=0o711, exist_ok=True)  # in the new mount, root's
+            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+    for fd, _ in sources + backs + inner_backs:
         os.close(fd)
+
+
+def _hidden(keep: Sequence[str], covered: Sequence[str]) -> list[str]:
+    """The directories of `keep` under a `covered` one, none under another."""
+    found: list[str] = []
+    for path in sorted({os.path.realpath(k) for k in keep}):
+        hidden = any(_under(path, t) for t in covered)
+        if hidden and os.path.isdir(path) and not any(_under(path, k) for k in found):
+            found.append(path)
+    return found
+
+
+def masks_below(paths: Sequence[str], roots: Sequence[str]) -> list[str]:
+    """The directories strictly between one of `roots` and a path of `paths` under it that
+    other users may not search (the topmost of each path's)."""
+    found: list[str] = []
+    for path in paths:
+        real = os.path.realpath(path)
+        root = next((r for r in roots if _under(real, r)), None)
+        if root is None:
+            continue
+        parts = real[len(root) :].split("/")[1:-1]
+        for depth in range(1, len(parts) + 1):
+            directory = root + "/" + "/".join(parts[:depth])
+            try:
+                if not os.stat(directory).st_mode & 0o001:
+                    found.append(directory)
+                    break
+            except OSError:
+                break
+    return [m for m in sorted(set(found)) if not any(_under(m, o) for o in found)]
 
 
 def become(uid: int, gid: int) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from worker.reach import Needed, data_dir_problem, unsearchable, why_unreachable
-from worker.scratch import masks
+from worker.scratch import masks, masks_below
 
 
 @pytest.fixture
@@ -42,6 +42,18 @@ def test_the_mask_is_the_topmost_directory_others_may_not_search(tmp_path: Path)
     assert masks(kept, covered=[str(tmp_path)]) == []
     home.chmod(0o755)
     assert masks(kept) == [str(home / ".pyenv")]
+
+
+def test_below_a_directory_mounted_back_a_closed_one_is_masked_in_turn(tmp_path: Path) -> None:
+    """A clone under /tmp is mounted back into the job's /tmp as it is: a 0700 home inside it
+    (where a Python lives) is masked there, not above it."""
+    clone = tmp_path / "clone"
+    home, binary = tree(clone)
+    kept = [str(clone), str(binary.parent)]
+    assert masks_below(kept, [str(clone)]) == [str(home)]
+    assert masks_below(kept, [str(tmp_path / "elsewhere")]) == []
+    home.chmod(0o755)
+    assert masks_below(kept, [str(clone)]) == []
 
 
 def test_a_0700_home_is_reached_through_the_namespace_or_named_with_the_ways_out(
