@@ -85,13 +85,14 @@ def test_as_root_with_the_clone_and_python_in_a_0700_home(tmp_path: Path) -> Non
         repo = clone(home.root / "launchbay")
         path = f"{home.python.parent}:{SYSTEM_PATH}"
         said = run_demo(repo, demo_env(path, LAUNCHBAY_DEMO_DATA_DIR=str(data)))
+        closed = home.closed
         assert os.path.realpath(repo / ".venv/bin/python") == str(home.python)
         assert before.changes(HostSnapshot.take(None, watched)) == []
     flat = " ".join(said.split())
     assert f"demo: the data goes to {data}, not into this clone: the job's user could not " in flat
-    assert f"reach it there ({home.root} is not searchable by other users, mode 0700)" in flat
+    assert f"reach it there ({closed} is not searchable by other users, mode 0700)" in flat
     worker_log = " ".join((data / "demo" / "worker.log").read_text().split())
-    assert f"under {home.root} through their own mount namespace only" in worker_log
+    assert f"under {closed} through their own mount namespace only" in worker_log
     # The last lines: what stays, and how to remove it.
     assert said.rstrip().splitlines()[-4:] == [
         "demo: as root, the worker ran the job as a system user it made; these stay for the next",

@@ -89,10 +89,11 @@ def test_without_namespaces_an_interpreter_in_a_0700_home_is_refused_naming_the_
     with home_with_python() as home:
         without = ["setpriv", "--bounding-set", "-sys_admin", "--"]
         said = refusal(home.launchbay(), reachable_by_job_users(tmp_path / "data"), without)
+        closed = home.closed
     assert f"job users cannot reach the interpreter, {os.path.realpath(home.python)}" in said
-    assert f"{home.root} is not searchable by other users (mode 0700)" in said
+    assert f"{closed} is not searchable by other users (mode 0700)" in said
     assert "cannot give jobs a mount namespace" in said
-    assert f"chmod o+x {home.root}" in said and "PYTHON=/usr/bin/python3.11" in said
+    assert f"chmod o+x {closed}" in said and "PYTHON=/usr/bin/python3.11" in said
 
 
 def home_stack(root: Path, sqlite_url: str, redis_url: str, home: Home, **env: str) -> Stack:
@@ -120,7 +121,7 @@ def test_a_job_runs_from_an_interpreter_in_a_0700_home_and_the_home_stays_0700(
         assert job["state"] == "succeeded", job
         assert stat.S_IMODE(home.root.stat().st_mode) == 0o700
         logged = " ".join((stack.root / "worker-0.log").read_text().split())
-        assert f"under {home.root} through their own mount namespace only" in logged
+        assert f"under {home.closed} through their own mount namespace only" in logged
 
 
 def run_gated(stack: Stack, gate: Path) -> str:

@@ -2,21 +2,23 @@
 and the worker do it at start), and the SQLite database is closed to other users."""
 
 import os
+import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from service import hardening
 from service.hardening import harden_service
 from service.settings import Settings
+from tests.support.isolation import python_for_job_users, reachable_by_job_users
 from worker.isolation import ensure_job_user
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another uid")
 
 HOLDER = (
     "import sys, time\n"
-    "from service.hardening import make_non_dumpable\n"
+    "from hardening import make_non_dumpable\n"
     "if sys.argv[1] == 'hardened': make_non_dumpable()\n"
     "print('ready', flush=True)\n"
     "time.sleep(60)\n"
@@ -31,21 +33,25 @@ READER = (
 )
 
 
-def read_as_same_uid(uid: int, gid: int, mode: str) -> str:
+def read_as_same_uid(uid: int, gid: int, mode: str, code: Path) -> str:
+    """Whether a process of `uid` reads the environment of another of its own, started plain
+    or `hardened`. The module runs from `code`, a copy the uid reaches (this checkout may lie
+    under a directory it cannot search)."""
     env = {"PATH": os.environ["PATH"], "SECRET_OF_THE_SERVICE": "x"}
+    python = python_for_job_users()
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, mode],
+        [python, "-c", HOLDER, mode],
         env=env,
         user=uid,
         group=gid,
         extra_groups=[],
-        cwd=Path.cwd(),
+        cwd=code,
         stdout=subprocess.PIPE,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == b"ready"
         done = subprocess.run(
-            [sys.executable, "-c", READER, str(holder.pid)],
+            [python, "-c", READER, str(holder.pid)],
             user=uid,
             group=gid,
             extra_groups=[],
@@ -59,10 +65,13 @@ def read_as_same_uid(uid: int, gid: int, mode: str) -> str:
         holder.wait()
 
 
-def test_a_non_dumpable_process_hides_its_environment_from_its_own_uid() -> None:
+def test_a_non_dumpable_process_hides_its_environment_from_its_own_uid(tmp_path: Path) -> None:
     uid, gid = ensure_job_user(f"{Settings().job_user_prefix}0")  # the session's pool
-    assert read_as_same_uid(uid, gid, "plain") == "read"  # this test can fail
-    assert read_as_same_uid(uid, gid, "hardened") == "PermissionError"
+    code = reachable_by_job_users(tmp_path / "code")
+    shutil.copy(hardening.__file__, code / "hardening.py")
+    os.chmod(code / "hardening.py", 0o644)
+    assert read_as_same_uid(uid, gid, "plain", code) == "read"  # this test can fail
+    assert read_as_same_uid(uid, gid, "hardened", code) == "PermissionError"
 
 
 def test_the_database_file_is_the_services_alone(tmp_path: Path) -> None:

@@ -44,6 +44,16 @@ class Home:
     def venv_python(self) -> Path:
         return self.root / "venv" / "bin" / "python"
 
+    @property
+    def closed(self) -> Path:
+        """The topmost directory above the interpreter that other users may not search: the
+        home, unless this checkout itself lies under such a directory (a clone in /root), and
+        then that one; what the worker names as reached through the jobs' namespace."""
+        for directory in reversed(self.python.parents):
+            if not os.stat(directory).st_mode & 0o001:
+                return directory
+        raise AssertionError(f"{self.root} is searchable by other users")
+
     def launchbay(self) -> list[str]:
         """The `launchbay` command, run by the home's virtual environment."""
         return [str(self.venv_python), "-m", "client.cli"]

@@ -46,6 +46,16 @@ def reachable_by_job_users(path: Path) -> Path:
     return target
 
 
+def python_for_job_users() -> str:
+    """An interpreter a job user may run outside the worker's namespace: this session's when
+    every directory above it is searchable by others, else the system's (the test's own
+    processes started as another uid have no masks to reach one under /root)."""
+    ways = (Path(sys.executable), Path(os.path.realpath(sys.executable)))
+    if all(os.stat(p).st_mode & stat.S_IXOTH for way in ways for p in way.parents):
+        return sys.executable
+    return shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or sys.executable
+
+
 def remove_reachable_dirs() -> None:
     shutil.rmtree(_BASE, ignore_errors=True)
 

@@ -14,6 +14,7 @@ import pytest
 
 from service.hardening import harden_service
 from tests.integration.worker.conftest import WorkerEnv
+from tests.support.isolation import python_for_job_users
 from worker.isolation import JobUser, can_switch_users, lease_job_user
 
 pytestmark = pytest.mark.skipif(not can_switch_users(), reason="job users need a root worker")
@@ -189,7 +190,6 @@ def test_without_a_private_scratch_what_a_uid_left_goes_when_its_lease_ends(
     files a job user left in /tmp, /var/tmp and /dev/shm and its System V IPC objects are
     removed when its lease is given back; nobody else's are. A uid of the test's own."""
     import subprocess
-    import sys
     import uuid
 
     import worker.isolation as isolation
@@ -205,7 +205,7 @@ def test_without_a_private_scratch_what_a_uid_left_goes_when_its_lease_ends(
     assert user is not None and not user.private_scratch
     try:
         planted = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", PLANT, name, str(key)],
+            [python_for_job_users(), "-I", "-S", "-c", PLANT, name, str(key)],
             user=uid, group=gid, extra_groups=[], capture_output=True, text=True,
         )  # fmt: skip
         assert planted.returncode == 0, planted.stderr
