@@ -74,8 +74,9 @@ def test_idle_streams_cost_one_query_a_tick_and_wake_on_their_job_only(
                 await asyncio.gather(*(s.wait(0) for s in subscriptions))  # its first wake-ups
                 statements.clear()
                 polls = notifier.polls
-                idle_s = 0.6
-                await asyncio.sleep(idle_s)
+                deadline = time.monotonic() + 10  # 5 ticks (0.25 s idle; longer on a busy host)
+                while notifier.polls - polls < 5 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
                 idle = {"statements": len(statements), "ticks": notifier.polls - polls}
                 woken: set[str] = set()
 
@@ -99,7 +100,7 @@ def test_idle_streams_cost_one_query_a_tick_and_wake_on_their_job_only(
 
     result = asyncio.run(scenario())
     # 60 idle streams: the poller's one query a tick, not one per stream and tick.
-    assert 3 <= result["ticks"] <= 15
+    assert result["ticks"] >= 5
     assert result["statements"] <= result["ticks"] + 1
     assert result["woken"] == {jobs[0]}
 
