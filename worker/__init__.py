@@ -1,7 +1,8 @@
 """The worker side: take a job off the queue, launch it with torchrun, supervise its processes,
 ingest what its ranks write, and record how it ended.
 
-    tasks.run_job (RQ entry point) -> attempt.run_attempt
+    tasks.claim (in the worker, before it forks the horse) -> attempt.take_attempt
+    tasks.run_job (RQ entry point, in the horse) -> attempt.run_taken
         prepare: checks, directories, code        launch: the pure argv/env builder
         monitor: the supervisor loop, with
             supervise (process tree, stop)  ingest + events (logs, metrics)  checkpoints
