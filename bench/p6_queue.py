@@ -57,7 +57,7 @@ class LaunchbayRound:
 
     answered: float  # the POST's answer
     rq_started: float  # RQ's work horse starting to perform the task (RQ's own started_at)
-    started: float  # the job's started_at: run_attempt took it (after the horse's set-up)
+    started: float  # the job's started_at: take_attempt took it (the worker, before the fork)
     launched: float  # launcher.log created, right before torchrun is forked
 
 

@@ -10,11 +10,24 @@ interface follows torchx's `Scheduler` (`submit_dryrun` / `schedule` / `describe
     resubmit(job, tasks)   start those tasks of the current attempt once more
     cancel(job)            withdraw the attempt's tasks that have not started
 
-`service.queue.RQExecutor` (Redis + RQ) is the only implementation so far; a Slurm or
-Kubernetes one would sit beside it. A cancel reaches a *running* attempt by one channel
-whatever the executor: the job's `cancelling` state in the database, which the attempt's
-supervisor reads (`worker.monitor`). Log lines are not the executor's: the worker ingests
-every rank's output into the database, where `service.store.outputs` serves them.
+Three implementations:
+
+    service.queue.RQExecutor                      Redis + RQ, first in first out
+    service.scheduling.executor.DispatchExecutor  RQ under the dispatcher (LAUNCHBAY_SCHEDULER
+                                                  `dispatcher`): a job waits for its devices
+                                                  to be reserved, then each node's task goes
+                                                  to the RQ queue of its reserved worker
+    service.slurm.executor.SlurmExecutor          one Slurm batch job per attempt, for the
+                                                  queues in LAUNCHBAY_SLURM_QUEUES
+
+`service.executors.make_executor` picks for the API, the reaper and the worker: one of the
+RQ two, behind a `RoutingExecutor` that hands the Slurm queues' jobs to Slurm when there are
+such queues. A Kubernetes one would be one more beside them.
+
+A cancel reaches a *running* attempt by one channel whatever the executor: the job's
+`cancelling` state in the database, which the attempt's supervisor reads (`worker.monitor`).
+Log lines are not the executor's: the worker ingests every rank's output into the database,
+where `service.store.outputs` serves them.
 
 Every failure to reach the executor's backend is `ExecutorUnavailable`.
 """

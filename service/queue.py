@@ -1,5 +1,11 @@
-"""The Redis side: the RQ executor (`service.executor`) and every Redis key Launchbay uses,
-built in one place."""
+"""The Redis side of the RQ executor (`service.executor`): `RQExecutor`, the ids and arguments
+of an attempt's RQ tasks, and the workers' records that GET /v1/workers lists.
+
+`KEY_PREFIX` begins every Redis key Launchbay names itself, but not all of them are built
+here: the dispatcher's wake-up list is `service.scheduling.executor.WAKE_KEY`, the rate limits'
+counters `service.policy.RATE_KEY` and `service.code_usage.UPLOAD_RATE_KEY`; the RQ queues
+(each worker's own under the dispatcher: `service.scheduling.capacity.dispatch_queue_name`)
+are named by Launchbay and keyed by RQ."""
 
 import json
 from collections.abc import Sequence

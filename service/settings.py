@@ -78,7 +78,6 @@ class Settings(BaseSettings):
     # Worker behaviour.
     cancel_grace_s: float = Field(default=10.0, ge=0)
     worker_poll_s: float = Field(default=0.1, gt=0)
-    job_timeout_s: int = Field(default=7 * 24 * 3600, ge=60)
     # How often a worker, and the supervisor of each running job, heartbeat.
     heartbeat_interval_s: float = Field(default=5.0, gt=0)
     # The ranks' collective timeout when the spec sets no hang_timeout_s (docs/reliability.md).

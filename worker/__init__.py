@@ -1,12 +1,15 @@
 """The worker side: take a job off the queue, launch it with torchrun, supervise its processes,
 ingest what its ranks write, and record how it ended.
 
-    tasks.run_job (RQ entry point) -> attempt.run_attempt
+    tasks.claim (in the worker, before it forks the horse) -> attempt.take_attempt
+    tasks.run_job (RQ entry point, in the horse) -> attempt.run_taken
         prepare: checks, directories, code        launch: the pure argv/env builder
         monitor: the supervisor loop, with
             supervise (process tree, stop)  ingest + events (logs, metrics)  checkpoints
         heartbeat: the attempt's heartbeat, in a thread beside the loop
-        outcome: why it ended; a retried failure goes back to the queue as the next attempt
+        outcome: why it ended; attempt_end records it (a retried failure goes back to the
+            queue as the next attempt)
+    slurm_node: the same take_attempt and run_taken on a node of a Slurm allocation, no RQ
     main.run_worker: the RQ worker process (`launchbay worker`) and its own heartbeat
     devices: the GPUs or CPU slots a worker owns, its jobs' size limit, GPUs kept apart
     orphans: stop what attempts whose supervisor died left behind

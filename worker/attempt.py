@@ -84,25 +84,6 @@ class TakenAttempt:
     reserved: tuple[str, ...] | None = None
 
 
-def run_attempt(
-    services: AttemptServices,
-    ref: AttemptRef,
-    *,
-    worker_name: str,
-    cuda: CudaInfo | None = None,
-) -> AttemptResult | None:
-    """Take the attempt (join it as its node, for a multi-node job), run it to its end and
-    record how it ended (`take_attempt`, then `run_taken`).
-
-    Returns None, having done nothing, when the job is not `queued` at that attempt any more
-    (cancelled while queued, or taken by another worker), or the node cannot join it.
-    """
-    taken = take_attempt(services, ref, worker_name=worker_name)
-    if taken is None:
-        return None
-    return run_taken(services, taken, cuda=cuda)
-
-
 def take_attempt(
     services: AttemptServices, ref: AttemptRef, *, worker_name: str
 ) -> TakenAttempt | None:

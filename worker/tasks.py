@@ -94,7 +94,8 @@ def worker_name() -> str:
 
 def run_job(job_id: str, attempt: int, node: int | None = None) -> None:
     """Run one attempt of a Launchbay job (its node `node`, for a multi-node job) to its end
-    (see `worker.attempt.run_attempt`)."""
+    (`worker.attempt.take_attempt`, unless the worker took it before the fork, then
+    `run_taken`)."""
     ref = AttemptRef(job_id, attempt, node)
     if shutdown_requested() and ref not in context.claimed:
         # The worker died as this horse started: leave the job queued for another worker

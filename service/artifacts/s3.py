@@ -150,15 +150,6 @@ class S3Store(ArtifactStore):
         except (BaseError, OSError) as exc:
             raise StoreError(f"cannot delete {prefix}/: {exc}") from exc
 
-    def list_keys(self, prefix: str) -> Iterator[tuple[str, int]]:
-        """(key, size) of every object under `prefix` + "/"."""
-        try:
-            for batch in obstore.list(self.client, prefix=f"{prefix.rstrip('/')}/"):
-                for meta in batch:
-                    yield meta["path"], int(meta["size"])
-        except (BaseError, OSError) as exc:
-            raise StoreError(f"cannot list {prefix}/: {exc}") from exc
-
     def presign_get(self, key: str, expires_s: int) -> str | None:
         try:
             return str(obstore.sign(self.client, "GET", key, timedelta(seconds=expires_s)))

@@ -28,16 +28,6 @@ def slurm_job_name(job_id: str, attempt: int) -> str:
     return f"{JOB_NAME_PREFIX}{job_id}-{attempt}"
 
 
-def parse_slurm_job_name(name: str) -> tuple[str, int] | None:
-    """(job id, attempt) of a name made by `slurm_job_name`; None for any other."""
-    if not name.startswith(JOB_NAME_PREFIX):
-        return None
-    job_id, _, attempt = name[len(JOB_NAME_PREFIX) :].rpartition("-")
-    if not job_id or not attempt.isdigit():
-        return None
-    return job_id, int(attempt)
-
-
 @dataclass(frozen=True)
 class SbatchPlan:
     job_name: str

@@ -23,7 +23,7 @@ import torch
 
 from jobs.recipes.digits import DigitsNet
 from jobs.recipes.textdata import DEFAULT_CSV
-from jobs.runtime.testing import run_torchrun
+from tests.support.ranks import run_torchrun
 
 TIMEOUT_S = 240
 

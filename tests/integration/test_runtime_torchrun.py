@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from jobs.runtime.testing import run_torchrun
+from tests.support.ranks import run_torchrun
 
 SCRIPT = """
 import torch

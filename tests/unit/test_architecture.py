@@ -50,6 +50,105 @@ def test_a_package_imports_only_what_lies_below_it(
     assert offending(package, forbidden) == {}
 
 
+# The service modules the worker may import (docs/architecture.md, "What the worker takes from
+# the service"), by what it takes them for.
+WORKER_MAY_IMPORT = frozenset(
+    {
+        # the database: engine and sessions, tables, the store's reads and writes, settings
+        "service.db",
+        "service.models",
+        "service.settings",
+        "service.store",
+        # the executor: the seam, the one this process uses, the RQ side and the worker records
+        "service.executor",
+        "service.executors",
+        "service.queue",
+        "service.schemas",
+        # the artifact store: checkpoints kept, code and resume checkpoints fetched
+        "service.artifacts",
+        "service.artifacts.tree",
+        # the dispatcher: a node's reserved devices, the worker's own queue, a wake-up, a preemption
+        "service.scheduling.admission",
+        "service.scheduling.capacity",
+        "service.scheduling.executor",
+        "service.scheduling.preemption",
+        # rules shared with the API: the admin's name, the hardening of processes and files
+        "service.auth",
+        "service.hardening",
+    }
+)
+# Of the client, only the CLI's server commands import the service, each inside its command.
+CLIENT_MAY_IMPORT = {
+    "client/cli/server.py": frozenset(
+        {
+            "service.app",
+            "service.artifacts",
+            "service.db",
+            "service.reaper",
+            "service.settings",
+            "service.storage_migrate",
+        }
+    ),
+    "client/health.py": frozenset({"service.queue", "service.settings"}),
+}
+
+
+def module_named(package: str, name: str) -> str:
+    """What `from package import name` imports: the module `package.name` when there is one
+    in the repository, else (a name defined in it) `package`."""
+    candidate = ROOT.joinpath(*package.split("."), name)
+    if candidate.with_suffix(".py").is_file() or (candidate / "__init__.py").is_file():
+        return f"{package}.{name}"
+    return package
+
+
+def service_imports(path: Path) -> set[str]:
+    """The modules of the service a file imports, at any depth (lazy imports count)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.update(module_named(node.module, alias.name) for alias in node.names)
+    return {name for name in names if name.split(".")[0] == "service"}
+
+
+def test_the_worker_imports_only_the_listed_service_modules() -> None:
+    found = {str(path.relative_to(ROOT)): service_imports(path) for path in sources("worker")}
+    unlisted = {path: sorted(used - WORKER_MAY_IMPORT) for path, used in found.items()}
+    assert {path: mods for path, mods in unlisted.items() if mods} == {}
+    # The list holds nothing the worker has stopped using.
+    assert set().union(*found.values()) == WORKER_MAY_IMPORT
+
+
+def test_the_client_imports_the_service_only_in_its_server_commands() -> None:
+    found = {str(path.relative_to(ROOT)): service_imports(path) for path in sources("client")}
+    unlisted = {
+        path: sorted(used - CLIENT_MAY_IMPORT.get(path, frozenset()))
+        for path, used in found.items()
+    }
+    assert {path: mods for path, mods in unlisted.items() if mods} == {}
+    assert {path: found[path] for path in CLIENT_MAY_IMPORT} == CLIENT_MAY_IMPORT
+
+
+def test_service_imports_are_found_at_any_depth_and_by_module(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import service.db\n"
+        "from service import store\n"
+        "from service.store import take_job\n"
+        "from jobs.states import JobState\n"
+        "def late() -> None:\n"
+        "    from service.artifacts import tree, open_store\n"
+    )
+    assert service_imports(sample) == {
+        "service.db",
+        "service.store",
+        "service.artifacts",
+        "service.artifacts.tree",
+    }
+
+
 def test_the_contracts_import_nothing_but_each_other_and_pydantic() -> None:
     allowed = {"jobs.contract", "pydantic"}
     for path in sources("jobs/contract"):

@@ -27,9 +27,10 @@ from service.models import Checkpoint, Job, JobEvent, LogLine, MetricPoint
 from service.queue import RQExecutor
 from service.settings import Settings
 from service.store import create_job, list_checkpoints
+from tests.support.attempts import run_attempt
 from tests.support.isolation import reachable_by_job_users
 from tests.support.procs import job_processes
-from worker.attempt import AttemptResult, run_attempt
+from worker.attempt import AttemptResult
 from worker.context import AttemptServices
 from worker.prepare import CudaInfo
 

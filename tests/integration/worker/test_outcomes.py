@@ -12,8 +12,8 @@ from service.db import session_scope
 from service.queue import rq_job_id
 from service.store import transition_job
 from tests.integration.worker.conftest import WorkerEnv
+from tests.support.attempts import run_attempt
 from worker import devices
-from worker.attempt import run_attempt
 from worker.devices import WorkerDevices
 
 

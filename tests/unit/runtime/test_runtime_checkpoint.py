@@ -25,7 +25,7 @@ from jobs.runtime import (
     setup_distributed,
     teardown_distributed,
 )
-from jobs.runtime.testing import free_port
+from tests.support.ranks import free_port
 
 
 class Net(nn.Module):

@@ -13,7 +13,7 @@ from torch import nn
 
 from jobs import runtime as lb
 from jobs.runtime import DistContext, DistributedSetupError, env
-from jobs.runtime.testing import RankFailed, free_port, run_ranks
+from tests.support.ranks import RankFailed, free_port, run_ranks
 
 # Module-level rank functions: each rank imports this module to find them.
 

@@ -17,8 +17,9 @@ from service.settings import Settings
 from service.slurm import commands
 from service.slurm.executor import SlurmExecutor
 from service.slurm.queues import SlurmQueue
-from service.slurm.script import build_sbatch_script, parse_slurm_job_name, slurm_job_name
+from service.slurm.script import build_sbatch_script, slurm_job_name
 from service.slurm.states import slurm_end
+from tests.support.slurm_names import parse_slurm_job_name
 
 QUEUE = SlurmQueue(partition="gpu", account="ml-lab", time_limit="04:00:00")
 

@@ -1,11 +1,11 @@
-"""Run a function on N local ranks joined in a gloo group: for testing DDP code on a laptop.
+"""Run a function on N local ranks joined in a gloo group: for testing DDP code on CPU.
 
     def check(ctx: DistContext) -> float:
         return reduce_mean(torch.tensor(float(ctx.rank))).item()
 
     assert run_ranks(check, world_size=2) == [0.5, 0.5]
 
-Each rank is a fresh Python process (``python -m jobs.runtime.testing``) given torchrun's
+Each rank is a fresh Python process (``python -m tests.support.ranks``) given torchrun's
 environment (RANK, WORLD_SIZE, MASTER_ADDR/PORT on a free loopback port); it calls
 setup_distributed(), runs ``fn(ctx, *args)``, tears the group down and sends back what
 `fn` returned. Plain subprocesses in their own sessions, rather than multiprocessing, so
@@ -162,7 +162,7 @@ def run_ranks(
                 with open(work_dir / f"output-{rank}.txt", "wb") as output:
                     processes.append(
                         subprocess.Popen(
-                            [sys.executable, "-m", "jobs.runtime.testing", work, str(rank)],
+                            [sys.executable, "-m", "tests.support.ranks", work, str(rank)],
                             env={**base_env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
                             stdout=output,
                             stderr=subprocess.STDOUT,
