@@ -132,6 +132,12 @@ class LogPage(ApiModel):
 
 
 class Checkpoint(ApiModel):
+    """A registered checkpoint. In `list_checkpoints`, `best` marks the one
+    `download_checkpoint(job_id, "best")` fetches (by the spec's `best_metric`, the latest on a
+    tie; without a `best_metric`, the latest checkpoint; none when no checkpoint reports it) and
+    `latest` the newest; the service decides both. A stream's `checkpoint` event leaves them
+    False."""
+
     id: str
     job_id: str
     attempt: int
@@ -147,6 +153,8 @@ class Checkpoint(ApiModel):
     kind: str = "file"
     files: int = 1
     manifest: list[dict[str, Any]] | None = None
+    best: bool = False
+    latest: bool = False
 
 
 class Node(ApiModel):

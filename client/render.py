@@ -166,9 +166,9 @@ def job_table(job: dict[str, Any], checkpoints: list[dict[str, Any]] | None = No
         ("warnings", Text("\n".join(job.get("warnings") or []), style="yellow")),
     ]
     if checkpoints:
-        last = checkpoints[-1]
-        latest = f"latest {last.get('id')} at step {last.get('step')}"
-        rows.append(("checkpoints", f"{len(checkpoints)}, {latest}"))
+        last = next((c for c in checkpoints if c.get("latest")), None)
+        latest = f", latest {last.get('id')} at step {last.get('step')}" if last else ""
+        rows.append(("checkpoints", f"{len(checkpoints)}{latest}"))
     for name, value in sorted((job.get("latest_metrics") or {}).items()):
         rows.append((name, format_number(value)))
     for label, value in rows:
@@ -249,33 +249,14 @@ def format_devices(devices: list[str]) -> str:
     return "gpu " + ",".join(str(d) for d in devices) if devices else ""
 
 
-def checkpoint_marks(
-    checkpoints: list[dict[str, Any]], policy: dict[str, Any]
-) -> dict[str, list[str]]:
-    """`{checkpoint id: ["best", "latest"]}` as the API resolves `best` and `latest`."""
-    marks: dict[str, list[str]] = {}
-    if not checkpoints:
-        return marks
-    metric = policy.get("best_metric")
-    scored = [c for c in checkpoints if metric and metric in (c.get("metrics") or {})]
-    if not metric:
-        best = checkpoints[-1]
-    elif scored:
-        pick = min if policy.get("best_mode", "min") == "min" else max
-        best = pick(scored, key=lambda c: c["metrics"][metric])
-    else:
-        best = None
-    if best is not None:
-        marks.setdefault(best["id"], []).append("best")
-    marks.setdefault(checkpoints[-1]["id"], []).append("latest")
-    return marks
+def checkpoint_marks(item: dict[str, Any]) -> list[str]:
+    """`["best", "latest"]`: the marks the API put on a listed checkpoint (it decides them)."""
+    return [mark for mark in ("best", "latest") if item.get(mark)]
 
 
-def checkpoints_view(
-    checkpoints: list[dict[str, Any]], marks: dict[str, list[str]], console: Console
-) -> RenderableType:
+def checkpoints_view(checkpoints: list[dict[str, Any]], console: Console) -> RenderableType:
     """A table when it fits the console's width, else one short block per checkpoint."""
-    table = checkpoints_table(checkpoints, marks)
+    table = checkpoints_table(checkpoints)
     natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
     if natural <= console.width:
         return table
@@ -284,7 +265,7 @@ def checkpoints_view(
         metrics = item.get("metrics") or {}
         blocks.append(
             Text(
-                f"{item.get('id')}  {','.join(marks.get(str(item.get('id')), []))}".rstrip()
+                f"{item.get('id')}  {','.join(checkpoint_marks(item))}".rstrip()
                 + f"\n  step {format_number(item.get('step'))}"
                 + f"  epoch {format_number(item.get('epoch'))}"
                 + f"  {checkpoint_size(item)}  sha256 {str(item.get('sha256'))[:12]}"
@@ -299,7 +280,7 @@ def _metrics_text(metrics: dict[str, Any]) -> str:
     return " ".join(f"{k}={format_number(v)}" for k, v in sorted(metrics.items()))
 
 
-def checkpoints_table(checkpoints: list[dict[str, Any]], marks: dict[str, list[str]]) -> Table:
+def checkpoints_table(checkpoints: list[dict[str, Any]]) -> Table:
     table = new_table(f"{len(checkpoints)} checkpoints" if checkpoints else "no checkpoints")
     table.add_column("id", no_wrap=True)
     table.add_column("step", justify="right", no_wrap=True)
@@ -317,7 +298,7 @@ def checkpoints_table(checkpoints: list[dict[str, Any]], marks: dict[str, list[s
             _metrics_text(metrics),
             checkpoint_size(item),
             str(item.get("sha256") or "")[:12],
-            ",".join(marks.get(str(item.get("id")), [])),
+            ",".join(checkpoint_marks(item)),
         )
     return table
 

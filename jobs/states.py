@@ -2,11 +2,16 @@ r"""Job states, the transitions between them, and why a job ended.
 
     queued -> starting -> running -> succeeded | failed | cancelled
                                   \-> cancelling -> cancelled
-    starting | running | cancelling -> queued   (a retry: attempt + 1)
+    starting | running -> queued   (a retry: attempt + 1)
+    cancelling -> queued           (a preempted attempt, stopped through `cancelling`, queued
+                                    again; the store requeues a cancelling job for no other reason)
 
 `succeeded`, `failed` and `cancelled` are terminal: nothing moves a job out of them.
+`ALLOWED_TRANSITIONS` is the one table of moves: the store changes a state only by a
+conditional update from `sources_of(target)`, which refuses a move the table does not hold.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -27,7 +32,13 @@ class JobState(StrEnum):
         return target in ALLOWED_TRANSITIONS[self]
 
 
+class ForbiddenTransition(ValueError):
+    """The code asked for a move between states that `ALLOWED_TRANSITIONS` does not hold (a
+    bug, not a request to refuse: the API's refusals are `service.errors.InvalidTransition`)."""
+
+
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+# An attempt is under way: a worker holds it, its processes may live.
 ACTIVE_STATES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.CANCELLING})
 
 ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
@@ -45,17 +56,28 @@ ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.RUNNING: frozenset(
         {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLING, JobState.QUEUED}
     ),
-    # A job may finish on its own while its cancel is on the way: the truth wins.
-    JobState.CANCELLING: frozenset({JobState.CANCELLED, JobState.SUCCEEDED, JobState.FAILED}),
+    # A job may finish on its own while its cancel is on the way: the truth wins. A preempted
+    # attempt is stopped through `cancelling` and then queued again (`preempted`).
+    JobState.CANCELLING: frozenset(
+        {JobState.CANCELLED, JobState.SUCCEEDED, JobState.FAILED, JobState.QUEUED}
+    ),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
 }
 
 
-def states_that_can_become(target: JobState) -> frozenset[JobState]:
-    """Every state from which `target` is reachable in one step."""
-    return frozenset(s for s, allowed in ALLOWED_TRANSITIONS.items() if target in allowed)
+def sources_of(target: JobState, among: Iterable[JobState] | None = None) -> frozenset[JobState]:
+    """The states a job may move to `target` from: every one the table allows, or those of
+    `among` (a caller's narrower condition), each checked with `JobState.can_become`;
+    ForbiddenTransition when `among` names a move the table does not hold."""
+    if among is None:
+        return frozenset(s for s in JobState if s.can_become(target))
+    sources = frozenset(among)
+    forbidden = sorted(s.value for s in sources if not s.can_become(target))
+    if forbidden:
+        raise ForbiddenTransition(f"no move from {', '.join(forbidden)} to {target.value}")
+    return sources
 
 
 class NodeState(StrEnum):
@@ -85,6 +107,21 @@ class ExitReason(StrEnum):
     # Stopped to make room for another job (the dispatcher's preemption for a job of higher
     # priority, or Slurm's); queued again without using a retry (docs/scheduling.md).
     PREEMPTED = "preempted"
+
+
+# Worker-side failures that retry the job while `max_retries` allow (docs/reliability.md):
+# all but a cancel, a timeout (it would only time out again) and a launch error (the spec or
+# the worker cannot run it; retrying changes nothing). A preemption uses no retry.
+RETRYABLE_EXIT_REASONS = frozenset(
+    {
+        ExitReason.USER_ERROR,
+        ExitReason.OOM,
+        ExitReason.HANG,
+        ExitReason.WORKER_LOST,
+        ExitReason.RENDEZVOUS_TIMEOUT,
+        ExitReason.PREEMPTED,
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
 """Response bodies. Requests are `jobs.spec.JobSpec` (jobs) or small models beside routes."""
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from jobs.contract.checkpoints import CheckpointPolicy
 from service.models import Checkpoint, Job, JobBase, JobNode, LogLine, MetricPoint
 
 SECRET_MASK = "***"
@@ -178,9 +180,15 @@ class CheckpointPublic(BaseModel):
     kind: str = "file"
     files: int = 1
     manifest: list[dict[str, Any]] | None = None
+    # Whether `…/checkpoints/best/download` (`latest`) names it: set in a listing and a webhook's
+    # delivery; a stream's `checkpoint` event records the registration and leaves them false.
+    best: bool = False
+    latest: bool = False
 
     @classmethod
-    def from_row(cls, row: Checkpoint) -> "CheckpointPublic":
+    def from_row(
+        cls, row: Checkpoint, best: bool = False, latest: bool = False
+    ) -> "CheckpointPublic":
         return cls(
             id=row.id,
             job_id=row.job_id,
@@ -195,11 +203,21 @@ class CheckpointPublic(BaseModel):
             kind=row.kind,
             files=row.files,
             manifest=row.manifest,
+            best=best,
+            latest=latest,
         )
 
 
 class CheckpointsPublic(BaseModel):
     items: list[CheckpointPublic]
+
+    @classmethod
+    def marked(cls, policy: CheckpointPolicy, rows: Sequence[Checkpoint]) -> "CheckpointsPublic":
+        """A job's live checkpoints with `best` on the one `CheckpointPolicy.named_best` picks
+        (what `…/checkpoints/best/download` serves) and `latest` on the highest seq."""
+        best = policy.named_best(rows, metrics=lambda c: c.metrics, seq=lambda c: c.seq)
+        latest = max(rows, key=lambda c: c.seq, default=None)
+        return cls(items=[CheckpointPublic.from_row(r, r is best, r is latest) for r in rows])
 
 
 class WorkerJob(BaseModel):

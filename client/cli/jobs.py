@@ -237,16 +237,15 @@ def metrics(
 @app.command()
 def checkpoints(ctx: typer.Context, job_id: JobId, as_json: JsonFlag = False) -> None:
     """List a job's checkpoints, oldest first; the best (by the spec's best_metric) and the
-    latest are marked. Download one with 'download ID --checkpoint CKPT_ID'."""
+    latest are marked, as the API marks them. Download one with 'download ID --checkpoint
+    CKPT_ID'."""
     with state_of(ctx).client() as lb:
-        job = lb.get_job(job_id)
         items = render.plain(lb.list_checkpoints(job_id))
-    marks = render.checkpoint_marks(items, job.spec.get("checkpoint") or {})
     if as_json:
-        print_json([{**item, "marks": marks.get(item["id"], [])} for item in items])
+        print_json([{**item, "marks": render.checkpoint_marks(item)} for item in items])
     else:
         console = out()
-        console.print(render.checkpoints_view(items, marks, console))
+        console.print(render.checkpoints_view(items, console))
 
 
 @app.command()

@@ -1,9 +1,12 @@
 """The checkpoint policy of a job spec (`checkpoint:`), and the one rule for which checkpoint
-is the best: the service resolves `best` downloads with it, the worker's retention keeps it.
+is the best: the worker's retention keeps it; the service marks it `best` in a job's listing and
+serves it as `…/checkpoints/best/download` (`CheckpointPolicy.named_best`, which both use);
+clients show the mark and compute nothing.
 
 The best is the checkpoint whose `best_metric` value is lowest (`best_mode: min`) or highest
 (`max`) among those that report it as a number; on a tie, the latest (highest seq) wins: it
-was trained longer for the same score.
+was trained longer for the same score. What `best` names for a job whose spec has no
+`best_metric` is its latest checkpoint.
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -48,6 +51,19 @@ class CheckpointPolicy(BaseModel):
             return None
         sign = 1.0 if self.best_mode == "min" else -1.0
         return min(ranked, key=lambda pair: (sign * pair[1], -seq(pair[0])))[0]
+
+    def named_best(
+        self,
+        checkpoints: Sequence[T],
+        metrics: Callable[[T], Mapping[str, object] | None],
+        seq: Callable[[T], int],
+    ) -> T | None:
+        """The checkpoint a job's `best` names: `best` by `best_metric`; the latest (highest
+        seq) when the policy names no metric; None when there is no checkpoint, or when no
+        checkpoint reports the metric it names."""
+        if not self.best_metric:
+            return max(checkpoints, key=seq, default=None)
+        return self.best(checkpoints, metrics=metrics, seq=seq)
 
 
 def _score(metrics: Mapping[str, object] | None, name: str) -> float | None:

@@ -14,7 +14,7 @@ from service.checkpoint_source import CheckpointSource, checkpoint_source
 from service.deps import OwnedJob, SessionDep, SettingsDep
 from service.errors import BadRequest, LaunchbayError, NotFound
 from service.models import Checkpoint, Job
-from service.schemas import CheckpointPublic, CheckpointsPublic
+from service.schemas import CheckpointsPublic
 
 router = APIRouter(prefix="/v1/jobs", tags=["checkpoints"])
 SINGLE_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -30,8 +30,9 @@ class CheckpointFile(FileResponse):
 
 @router.get("/{job_id}/checkpoints", response_model=CheckpointsPublic)
 def list_checkpoints(job: OwnedJob, session: SessionDep) -> CheckpointsPublic:
+    """The job's live checkpoints, oldest first, with `best` and `latest` marked."""
     rows = store.list_checkpoints(session, job.id)
-    return CheckpointsPublic(items=[CheckpointPublic.from_row(r) for r in rows])
+    return CheckpointsPublic.marked(job.job_spec().checkpoint, rows)
 
 
 @router.get("/{job_id}/checkpoints/{ref}/download", response_class=FileResponse)
@@ -119,17 +120,15 @@ def single_range(header: str, size: int) -> tuple[int, int] | None:
 
 
 def resolve_checkpoint(job: Job, ref: str, checkpoints: list[Checkpoint]) -> Checkpoint:
-    """`ref` is a checkpoint id, `latest`, or `best` (`CheckpointPolicy.best` by the spec's
-    `best_metric`; the latest when the job names no best metric)."""
+    """`ref` is a checkpoint id, `latest` (the highest seq), or `best`
+    (`CheckpointPolicy.named_best`: the one the listing marks `best`)."""
     if not checkpoints:
         raise NotFound(f"job {job.id} has no checkpoints", detail={"ref": ref})
     if ref == "latest":
-        return checkpoints[-1]
+        return max(checkpoints, key=lambda c: c.seq)
     if ref == "best":
         policy = job.job_spec().checkpoint
-        if not policy.best_metric:
-            return checkpoints[-1]
-        best = policy.best(checkpoints, metrics=lambda c: c.metrics, seq=lambda c: c.seq)
+        best = policy.named_best(checkpoints, metrics=lambda c: c.metrics, seq=lambda c: c.seq)
         if best is None:
             raise NotFound(
                 f"no checkpoint of job {job.id} has the metric {policy.best_metric!r}",

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, Query, Response, status
 from sqlalchemy.exc import IntegrityError
 
 from jobs.spec import JobSpec
-from jobs.states import ExitReason, JobState
+from jobs.states import ACTIVE_STATES, ExitReason, JobState
 from service import code_store, policy, quota, store
 from service.artifacts import ArtifactStore, StoreError, checkpoints_prefix, store_for
 from service.deps import (
@@ -181,7 +181,7 @@ def cancel_job(job: OwnedJob, session: SessionDep, executor: ExecutorDep) -> Job
         message="cancelled before it started",
     ):
         _withdraw(executor, job)
-    elif state in (JobState.STARTING, JobState.RUNNING, JobState.CANCELLING):
+    elif state in ACTIVE_STATES:
         store.transition_job(session, job.id, JobState.CANCELLING, attempt=job.attempt)
     session.refresh(job)
     if JobState(job.state).is_terminal() and job.state != JobState.CANCELLED:

@@ -8,7 +8,7 @@ from pydantic import BaseModel
 from sqlalchemy import update
 from sqlmodel import col, select
 
-from jobs.states import JobState
+from jobs.states import ACTIVE_STATES
 from service.deps import OwnedJob, SessionDep
 from service.errors import InvalidTransition
 from service.models import Job, RankStack, utcnow
@@ -16,7 +16,6 @@ from service.stack_summary import StackSummary, summarize
 
 router = APIRouter(prefix="/v1/jobs", tags=["stacks"])
 # The states in which a job has ranks to look at.
-STACKABLE_STATES = (JobState.STARTING, JobState.RUNNING, JobState.CANCELLING)
 
 
 class RankStackPublic(BaseModel):
@@ -63,7 +62,7 @@ def request_stacks(job: OwnedJob, session: SessionDep) -> StacksRequested:
     now = utcnow()
     done = session.execute(
         update(Job)
-        .where(col(Job.id) == job.id, col(Job.state).in_(STACKABLE_STATES))
+        .where(col(Job.id) == job.id, col(Job.state).in_(ACTIVE_STATES))
         .values(stacks_requested_at=now)
         .execution_options(synchronize_session=False)
     )

@@ -21,7 +21,6 @@ from service.store import PENDING_REASON_MAX, QueuedShown, show_queued
 
 _job = Job.__table__  # type: ignore[attr-defined]
 _reservation = JobReservation.__table__  # type: ignore[attr-defined]
-ACTIVE = (JobState.STARTING, JobState.RUNNING, JobState.CANCELLING)
 
 
 @dataclass(frozen=True)

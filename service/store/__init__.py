@@ -39,7 +39,6 @@ from service.store.job_rows import (
 from service.store.job_warnings import add_job_warnings
 from service.store.lifecycle import (
     JOB_TABLE,
-    RETRYABLE_EXIT_REASONS,
     AttemptEnd,
     AttemptSuperseded,
     TakenJob,
@@ -83,7 +82,6 @@ from service.store.stream import StreamRead, StreamRow, list_job_events, read_st
 
 __all__ = [
     "JOB_TABLE",
-    "RETRYABLE_EXIT_REASONS",
     "AttemptEnd",
     "AttemptSuperseded",
     "NewLogLine",

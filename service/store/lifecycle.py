@@ -6,12 +6,16 @@ repeated, late or racing change does no harm: it simply matches no row and retur
 What a worker writes for an attempt (metrics, logs, checkpoints, heartbeats) is likewise
 conditional on the job still being active at that attempt; see `AttemptSuperseded`.
 
+Every change of a job's state is `move`'s UPDATE, from the states `jobs.states.sources_of`
+allows (the transition table's, or a caller's narrower set it checks against the table).
+
 Functions named `..._job` commit; the others (`move`, `transition`, `requeue`, `end_attempt`)
 leave the transaction to their caller, so that the modules above can combine them.
 """
 
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,23 +23,15 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, insert, update
 from sqlmodel import Session, col, select
 
-from jobs.states import ACTIVE_STATES, ExitReason, JobState, states_that_can_become
+from jobs.states import (
+    ACTIVE_STATES,
+    RETRYABLE_EXIT_REASONS,
+    ExitReason,
+    JobState,
+    sources_of,
+)
 from service.models import Job, JobEvent, utcnow
 from service.store.webhook_outbox import enqueue_state_deliveries
-
-# Worker-side failures that retry the job while `max_retries` allow (docs/reliability.md):
-# all but a cancel, a timeout (it would only time out again) and a launch error (the spec or
-# the worker cannot run it; retrying changes nothing).
-RETRYABLE_EXIT_REASONS = frozenset(
-    {
-        ExitReason.USER_ERROR,
-        ExitReason.OOM,
-        ExitReason.HANG,
-        ExitReason.WORKER_LOST,
-        ExitReason.RENDEZVOUS_TIMEOUT,
-        ExitReason.PREEMPTED,
-    }
-)
 
 # The job table for Core UPDATEs on the hot paths (state changes, seqs, heartbeats, progress):
 # an UPDATE of the ORM class takes SQLAlchemy's bulk-update path, which costs more than the
@@ -130,16 +126,18 @@ def move(
     lost_before: datetime | None,
     fields: dict[str, Any],
     *returning: Any,
+    sources: Iterable[JobState] | None = None,
+    detail: dict[str, Any] | None = None,
 ) -> Any:
-    """One conditional UPDATE of the job's row, which also takes the state event's seq, then
-    the event. Returns the updated row (its `attempt`, `last_seq` and `returning` columns) or
-    None."""
+    """One conditional UPDATE of the job's row, from a state `sources_of(target, sources)`
+    allows (ForbiddenTransition, before any write, for one the table does not hold), which
+    also takes the state event's seq, then the event (`detail`, else the exit fields set).
+    Returns the updated row (its `attempt`, `last_seq` and `returning` columns) or None."""
+    allowed = sources_of(target, sources)
     values: dict[str, Any] = {"state": target, "last_seq": col(Job.last_seq) + 1, **fields}
     if target.is_terminal():
         values.setdefault("finished_at", utcnow())
-    stmt = update(JOB_TABLE).where(
-        col(Job.id) == job_id, col(Job.state).in_(states_that_can_become(target))
-    )
+    stmt = update(JOB_TABLE).where(col(Job.id) == job_id, col(Job.state).in_(allowed))
     if attempt is not None:
         stmt = stmt.where(col(Job.attempt) == attempt)
     if lost_before is not None:
@@ -148,9 +146,10 @@ def move(
     row = session.execute(stmt.values(**values).returning(*returned)).one_or_none()
     if row is None:
         return None
-    detail: dict[str, Any] = {
-        k: fields[k] for k in ("exit_code", "exit_reason", "message", "worker") if k in fields
-    }
+    if detail is None:
+        detail = {
+            k: fields[k] for k in ("exit_code", "exit_reason", "message", "worker") if k in fields
+        }
     insert_state_event(session, job_id, target, int(row.attempt), int(row.last_seq), detail)
     return row
 
@@ -236,19 +235,13 @@ def requeue(
     if not preempted and attempt - job.preemptions - job.lost_admissions > max_retries:
         return None
     from_states = [JobState.STARTING, JobState.RUNNING]
-    stmt = update(Job).where(
-        col(Job.id) == job_id,
-        col(Job.attempt) == attempt,
-        col(Job.state).in_([*from_states, JobState.CANCELLING] if preempted else from_states),
-    )
-    if lost_before is not None:
-        stmt = stmt.where(last_sign_of_life() < lost_before)
+    if preempted:
+        from_states.append(JobState.CANCELLING)
     note = f"retry {attempt} of {max_retries}: attempt {attempt} ended with {exit_reason}"
     if preempted:
         note = f"attempt {attempt} was preempted; queued again (no retry used)"
     values = {
         "preemptions": col(Job.preemptions) + int(preempted),
-        "state": JobState.QUEUED,
         "attempt": attempt + 1,
         "started_at": None,
         "finished_at": None,
@@ -257,19 +250,24 @@ def requeue(
         "exit_code": None,
         "exit_reason": None,
         "message": f"{note}: {message}" if message else note,
-        "last_seq": col(Job.last_seq) + 1,  # the `queued` event's
     }
-    seq = session.execute(stmt.values(**values).returning(col(Job.last_seq))).scalar_one_or_none()
-    if seq is None:
-        return None
     detail = {
         "retry_of": attempt,
         "exit_code": exit_code,
         "exit_reason": str(exit_reason),
         "message": message,
     }
-    insert_state_event(session, job_id, JobState.QUEUED, attempt + 1, int(seq), detail)
-    return job
+    moved = move(
+        session,
+        job_id,
+        JobState.QUEUED,
+        attempt,
+        lost_before,
+        values,
+        sources=from_states,
+        detail=detail,
+    )
+    return job if moved is not None else None
 
 
 def requeue_job(

@@ -19,7 +19,7 @@ from sqlmodel import Session, col
 from jobs.contract.checkpoints import CheckpointPolicy
 from jobs.states import JobState
 from service.models import Checkpoint, Job, Webhook, WebhookDelivery, utcnow
-from service.schemas import CheckpointPublic, JobPublic
+from service.schemas import CheckpointPublic, CheckpointsPublic, JobPublic
 
 # The event kinds an endpoint may ask for (`POST /v1/webhooks`, "events").
 WEBHOOK_EVENTS = ("state", "terminal", "checkpoint", "best")
@@ -117,21 +117,28 @@ def enqueue_state_deliveries(session: Session, job_id: str, state: JobState, seq
 
 def enqueue_checkpoint_deliveries(session: Session, checkpoint: Checkpoint) -> int:
     """The deliveries of a registered checkpoint (flushed in the session): `checkpoint`, then
-    `best` when it is the job's new best by its spec's `best_metric`."""
+    `best` when it is the job's new best by its spec's `best_metric`. The delivery carries the
+    checkpoint as the job's listing shows it now (`best` and `latest` marked)."""
+    if not _hooks_for_job(session, checkpoint.job_id, {"checkpoint", "best"}):
+        return 0
+    policy, listed = _as_listed(session, checkpoint)
     kinds = ["checkpoint"]
-    if _hooks_for_job(session, checkpoint.job_id, {"best"}) and _is_best(session, checkpoint):
+    if policy.best_metric and listed.best:
         kinds.append("best")
-    extra = {"checkpoint": CheckpointPublic.from_row(checkpoint).model_dump(mode="json")}
+    extra = {"checkpoint": listed.model_dump(mode="json")}
     return enqueue_deliveries(session, checkpoint.job_id, checkpoint.seq, kinds, extra)
 
 
-def _is_best(session: Session, checkpoint: Checkpoint) -> bool:
+def _as_listed(
+    session: Session, checkpoint: Checkpoint
+) -> tuple[CheckpointPolicy, CheckpointPublic]:
     spec = session.execute(select(col(Job.spec)).where(col(Job.id) == checkpoint.job_id)).scalar()
     policy = CheckpointPolicy.model_validate((spec or {}).get("checkpoint") or {})
     live = session.execute(
-        select(Checkpoint).where(
-            col(Checkpoint.job_id) == checkpoint.job_id, col(Checkpoint.deleted_at).is_(None)
-        )
+        select(Checkpoint)
+        .where(col(Checkpoint.job_id) == checkpoint.job_id, col(Checkpoint.deleted_at).is_(None))
+        .order_by(col(Checkpoint.seq))
     ).scalars()
-    best = policy.best(list(live), lambda c: c.metrics, lambda c: c.seq)
-    return best is not None and best.id == checkpoint.id
+    listing = CheckpointsPublic.marked(policy, list(live))
+    listed = next((c for c in listing.items if c.id == checkpoint.id), None)
+    return policy, listed or CheckpointPublic.from_row(checkpoint)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session
 
@@ -188,6 +189,29 @@ def test_checkpoint_download_etag_range_and_refs(
         f"/v1/jobs/{job_id}/checkpoints/latest/download", headers={"Range": f"bytes={10**9}-"}
     )
     assert past_end.status_code == 416
+
+
+# accuracy 0.5, 0.9, 0.7, 0.5, 0.9 (best_mode max): ck1 and ck4 tie, and the latest wins;
+# without a best_metric `best` is the latest; a metric none reported names no best.
+@pytest.mark.parametrize(
+    ("best_metric", "best_id"), [("accuracy", "ck4"), (None, "ck4"), ("val_acc", None)]
+)
+def test_the_listing_marks_the_checkpoint_best_and_latest_downloads_serve(
+    api: TestClient, settings: Settings, best_metric: str | None, best_id: str | None
+) -> None:
+    job_id = finished_job(settings, checkpoints=5, best_metric=best_metric)
+    items = api.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
+    marked = [c["id"] for c in items if c["best"]]
+    assert marked == ([best_id] if best_id else [])
+    assert [c["id"] for c in items if c["latest"]] == ["ck4"]
+    sha = {c["id"]: c["sha256"] for c in items}
+    best = api.get(f"/v1/jobs/{job_id}/checkpoints/best/download")
+    if best_id is None:
+        assert best.status_code == 404 and best.json()["error"]["code"] == "not_found"
+    else:
+        assert best.headers["etag"].strip('"') == sha[marked[0]]
+    latest = api.get(f"/v1/jobs/{job_id}/checkpoints/latest/download")
+    assert latest.headers["etag"].strip('"') == sha["ck4"]
 
 
 def test_retired_checkpoints_stay_in_the_history_and_nowhere_else(

@@ -278,3 +278,10 @@ def test_one_verified_delivery_per_event_in_order_per_job_through_an_api_restart
         ("state", "cancelled"),
         ("terminal", "cancelled"),
     ]
+    # A checkpoint comes as the listing showed it then: step 1 the best, step 2 only the latest.
+    marks = {
+        (item.payload["checkpoint"]["step"], item.payload["checkpoint"]["best"])
+        for item in received
+        if item.payload["type"] == "checkpoint" and item.payload["checkpoint"]["latest"]
+    }
+    assert marks == {(1, True), (2, False)}

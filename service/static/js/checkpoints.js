@@ -31,14 +31,12 @@ export class CheckpointTable {
     const key = items.map((c) => c.id).join(",");
     if (key === this.key) return;
     this.key = key;
-    const best = bestId(this.job.spec, items);
-    const latest = items.length ? items[items.length - 1].id : null;
-    this.body.replaceChildren(...items.map((c) => this.row(c, c.id === best, c.id === latest)));
+    this.body.replaceChildren(...items.map((c) => this.row(c)));
     this.table.hidden = items.length === 0;
     this.empty.hidden = items.length > 0;
   }
 
-  row(checkpoint, isBest, isLatest) {
+  row(checkpoint) {
     const metrics = Object.entries(checkpoint.metrics)
       .map(([name, value]) => `${name} ${formatNumber(value)}`)
       .join(", ");
@@ -55,7 +53,8 @@ export class CheckpointTable {
       event.preventDefault();
       this.download(checkpoint, link);
     });
-    const tags = [isLatest && "latest", isBest && "best"].filter(Boolean);
+    // The API marks them (it alone decides which is the best); the dashboard only shows them.
+    const tags = [checkpoint.latest && "latest", checkpoint.best && "best"].filter(Boolean);
     return h(
       "tr",
       { dataset: { checkpointId: checkpoint.id } },
@@ -100,16 +99,6 @@ export class CheckpointTable {
       link.removeAttribute("aria-busy");
     }
   }
-}
-
-// The checkpoint `best` resolves to (as the API does): by the spec's best_metric, else latest.
-function bestId(spec, items) {
-  const metric = spec.checkpoint?.best_metric;
-  if (!metric) return null;
-  const scored = items.filter((c) => metric in c.metrics);
-  if (!scored.length) return null;
-  const sign = spec.checkpoint.best_mode === "max" ? -1 : 1;
-  return scored.reduce((a, b) => (sign * b.metrics[metric] < sign * a.metrics[metric] ? b : a)).id;
 }
 
 function fileName(response) {

@@ -194,13 +194,14 @@ def test_tokens_table_reads_at_80_columns(api: FakeApi) -> None:
 # Checkpoints
 
 
-def test_checkpoints_lists_them_with_best_and_latest_marked(api: FakeApi) -> None:
+def test_checkpoints_lists_them_with_the_apis_best_and_latest_marks(api: FakeApi) -> None:
     policy = {"checkpoint": {"best_metric": "loss", "best_mode": "min"}}
     api.on("GET", "/v1/jobs/j1", reply(200, job(state="succeeded", spec=policy)))
+    # A tie: the API's rule picks the later one (c2), and the CLI shows its mark as given.
     items = [
-        checkpoint("c1", 10, metrics={"loss": 0.9}),
-        checkpoint("c2", 20, metrics={"loss": 0.2}),
-        checkpoint("c3", 30, metrics={"loss": 0.4}, size=3 * 1024 * 1024),
+        checkpoint("c1", 10, metrics={"loss": 0.2}),
+        checkpoint("c2", 20, metrics={"loss": 0.2}, best=True),
+        checkpoint("c3", 30, metrics={"loss": 0.4}, size=3 * 1024 * 1024, latest=True),
     ]
     api.on("GET", "/v1/jobs/j1/checkpoints", reply(200, {"items": items}))
     result = launchbay(api, "checkpoints", "j1")
@@ -218,19 +219,28 @@ def test_checkpoints_lists_them_with_best_and_latest_marked(api: FakeApi) -> Non
         ("c2", ["best"]),
         ("c3", ["latest"]),
     ]
+    assert [(c["best"], c["latest"]) for c in as_json] == [
+        (False, False),
+        (True, False),
+        (False, True),
+    ]
     assert as_json[1]["sha256"] == "ab" * 32
 
 
-def test_checkpoints_without_a_best_metric_mark_the_latest_as_both(api: FakeApi) -> None:
-    api.on("GET", "/v1/jobs/j1", reply(200, job(spec={"checkpoint": {"best_metric": None}})))
-    api.on("GET", "/v1/jobs/j1/checkpoints", reply(200, {"items": [checkpoint("c1", 10)]}))
+def test_checkpoints_show_the_marks_and_compute_none(api: FakeApi) -> None:
+    unmarked = [checkpoint("c1", 10, metrics={"loss": 0.1}), checkpoint("c2", 20)]
+    api.on("GET", "/v1/jobs/j1/checkpoints", reply(200, {"items": unmarked}))
     as_json = json.loads(launchbay(api, "checkpoints", "j1", "--json").stdout)
+    assert [c["marks"] for c in as_json] == [[], []]
+    both = [checkpoint("c1", 10, best=True, latest=True)]
+    api.on("GET", "/v1/jobs/j2/checkpoints", reply(200, {"items": both}))
+    as_json = json.loads(launchbay(api, "checkpoints", "j2", "--json").stdout)
     assert as_json[0]["marks"] == ["best", "latest"]
 
 
 def test_status_mentions_the_checkpoints(api: FakeApi) -> None:
     api.on("GET", "/v1/jobs/j1", reply(200, job()))
-    items = [checkpoint("c1", 10), checkpoint("c2", 20)]
+    items = [checkpoint("c1", 10), checkpoint("c2", 20, latest=True)]
     api.on("GET", "/v1/jobs/j1/checkpoints", reply(200, {"items": items}))
     assert "2, latest c2 at step 20" in launchbay(api, "status", "j1").stdout
 
@@ -322,7 +332,7 @@ def test_checkpoints_too_wide_for_a_table_come_as_blocks(api: FakeApi) -> None:
     policy = {"checkpoint": {"best_metric": "val_loss"}}
     api.on("GET", "/v1/jobs/j1", reply(200, job(spec=policy)))
     metrics = {"accuracy": 0.9806, "loss": 0.03448, "val_loss": 0.05443}
-    items = [checkpoint("a" * 32, 161, metrics=metrics, size=469_900)]
+    items = [checkpoint("a" * 32, 161, metrics=metrics, size=469_900, best=True, latest=True)]
     api.on("GET", "/v1/jobs/j1/checkpoints", reply(200, {"items": items}))
     narrow = launchbay(api, "checkpoints", "j1").stdout.splitlines()
     assert all(len(line) <= 80 for line in narrow)
