@@ -321,13 +321,6 @@ def format_size(size: Any) -> str:
     return str(size)
 
 
-def items_of(body: Any) -> list[dict[str, Any]]:
-    """The records of a list answer, whether `{"items": [...]}` or a bare list."""
-    if isinstance(body, dict):
-        return list(body.get("items") or [])
-    return list(body or [])
-
-
 def format_log(item: dict[str, Any], with_rank: bool, with_node: bool = False) -> str:
     """A log line, prefixed `[rank R]`, or `[node N/rank R]` for a multi-node job."""
     if with_node:
