@@ -138,10 +138,18 @@ def teardown_distributed() -> None:
     """Write the metric lines report() has queued, and leave the process group (if any) so
     torchrun sees a clean exit; safe to call twice. (A process that ends with os._exit, as
     a forked multiprocessing child does, runs no exit handler that would write them.)"""
+    _close_reporting()
+    _leave_group()
+
+
+def _close_reporting() -> None:
     global _context
     _context = None
     for hook in _teardown_hooks:
         hook()
+
+
+def _leave_group() -> None:
     if dist.is_available() and dist.is_initialized():
         # DDP wrappers sit in reference cycles: unless collected now, they keep the gloo
         # group alive until interpreter exit, where its threads die with "terminate called
@@ -181,10 +189,14 @@ def distributed() -> Iterator[DistContext]:
         abort_distributed()
         raise
     # On success every rank meets here first: a rank that tore gloo down while a peer was
-    # still at work (rank 0 saving its last checkpoint) was seen to abort at exit.
+    # still at work (rank 0 saving its last checkpoint) was seen to abort at exit. Past the
+    # barrier every rank's work is done and said so before the group is left: a peer's abort
+    # at exit has torchrun stop this rank, maybe inside the teardown, and the job is still
+    # complete (`worker.outcome.aborted_after_finishing`).
     barrier()
-    teardown_distributed()
+    _close_reporting()
     record_rank_finished()
+    _leave_group()
 
 
 def get_context() -> DistContext:
