@@ -15,10 +15,13 @@ def test_faults_of_every_kind_leave_no_job_stuck_failed_or_incomplete(
 ) -> None:
     with soak_stack(reachable_by_job_users(tmp_path / "soak"), database_url) as soak:
         report = run_soak(soak.stack, soak.redis, PLAN, soak.integrity)
+        # What the workers said of processes they stopped: where a failure would start.
+        kills = [line for line in soak.stack.worker_logs().splitlines() if "kill" in line]
+    said = f"{report.summary()}; failed: {report.failed}; the workers' kills: {kills[-20:]}"
     print(f"\nR12 short: {report.summary()}")
-    assert set(report.faults) == set(FAULTS), report.summary()
+    assert set(report.faults) == set(FAULTS), said
     assert report.jobs == PLAN.jobs
-    assert report.states == {"succeeded": PLAN.jobs}, report.summary()
+    assert report.states == {"succeeded": PLAN.jobs}, said
     assert report.checkpoints >= 3 * PLAN.jobs
     assert report.clean, (
         report.stuck,
