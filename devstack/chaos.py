@@ -29,6 +29,7 @@ import psutil
 from devstack.procs import SESSION_MARKER, job_processes, wait_until
 from devstack.services import RedisServer, private_redis
 from devstack.stack import Stack
+from jobs.contract import env as rank_env
 from jobs.states import JobState
 
 FAULTS = ("worker", "api", "redis", "rank")
@@ -109,8 +110,12 @@ def soak_spec(index: int) -> dict[str, Any]:
 class Chaos:
     """The fault loop, in a thread: one fault every `plan.fault_every_s`, each part restarted."""
 
-    def __init__(self, stack: Stack, redis: RedisServer, plan: SoakPlan) -> None:
-        self.stack, self.redis, self.plan = stack, redis, plan
+    def __init__(
+        self, stack: Stack, redis: RedisServer, plan: SoakPlan, job_ids: list[str]
+    ) -> None:
+        """`job_ids`: the soak's jobs (filled as they are submitted), whose ranks alone are
+        killed: another stack on the same host (a test beside this one) is left alone."""
+        self.stack, self.redis, self.plan, self.job_ids = stack, redis, plan, job_ids
         self.random = random.Random(plan.seed)
         self.done = Counter[str]()
         self.errors: list[str] = []
@@ -182,7 +187,8 @@ class Chaos:
         return True
 
     def kill_rank(self) -> bool:
-        ranks = [p for p in psutil.process_iter(["cmdline"]) if _is_rank(p)]
+        ids = set(self.job_ids)
+        ranks = [p for p in psutil.process_iter(["cmdline"]) if _is_rank(p, ids)]
         if not ranks:
             return False
         self.random.choice(ranks).send_signal(signal.SIGKILL)
@@ -196,10 +202,13 @@ def _session(pid: int) -> int | None:
         return None
 
 
-def _is_rank(proc: psutil.Process) -> bool:
+def _is_rank(proc: psutil.Process, job_ids: set[str]) -> bool:
     try:
         argv = proc.info["cmdline"] or []
-        return any(a.endswith("rank_main.py") for a in argv) and "RANK" in proc.environ()
+        if not any(a.endswith("rank_main.py") for a in argv):
+            return False
+        env = proc.environ()
+        return "RANK" in env and env.get(rank_env.JOB_ID) in job_ids
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return False
 
@@ -233,7 +242,7 @@ def run_soak(
     ids: list[str] = []
     stop = threading.Event()
     submitter = threading.Thread(target=submit_steadily, args=(stack, plan, ids, stop))
-    with Chaos(stack, redis, plan) as chaos:
+    with Chaos(stack, redis, plan, ids) as chaos:
         submitter.start()
         time.sleep(plan.duration_s)
         stop.set()
