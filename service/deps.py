@@ -16,9 +16,10 @@ from sqlalchemy import bindparam
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
+from service import job_refs
 from service.audit import PRINCIPAL_STATE_KEY
 from service.auth import CHALLENGE, Principal, authenticate, known_principal
-from service.errors import Forbidden, NotFound, Unauthorized
+from service.errors import Forbidden, Unauthorized
 from service.executor import Executor
 from service.executors import make_executor
 from service.models import Job
@@ -119,21 +120,20 @@ def require_admin(principal: CurrentPrincipal) -> Principal:
 AdminPrincipal = Annotated[Principal, Depends(require_admin)]
 
 
-def _possible_job_id(job_id: str) -> bool:
-    # Longer than any id, or a NUL (which PostgreSQL refuses in a query): no such job.
-    return len(job_id) <= 32 and "\x00" not in job_id
-
-
 def _visible_job(job: Job | None, job_id: str, principal: Principal) -> Job:
     """The job, if the caller may see it; others' jobs are 'not found' so ids do not leak."""
     if job is None or not (principal.is_admin or job.owner == principal.name):
-        raise NotFound(f"no job {job_id!r}", detail={"job_id": job_id})
+        raise job_refs.not_found(job_id)
     return job
 
 
 def get_owned_job(job_id: str, session: SessionDep, principal: CurrentPrincipal) -> Job:
-    job = session.get(Job, job_id) if _possible_job_id(job_id) else None
-    return _visible_job(job, job_id, principal)
+    """The job the path's `{job_id}` names (`service.job_refs`: an id, a unique prefix, a
+    name, `name@N`), in this session."""
+    whole = job_refs.whole_id(job_id)
+    if whole is None:
+        whole = job_refs.resolve_job_ref(session.connection(), job_id, principal).id
+    return _visible_job(session.get(Job, whole), job_id, principal)
 
 
 OwnedJob = Annotated[Job, Depends(get_owned_job)]
@@ -144,13 +144,15 @@ _JOB_BY_ID = select(Job).where(col(Job.id) == bindparam("job_id"))
 
 def read_owned_job(job_id: str, request: Request, principal: CurrentPrincipal) -> Job:
     """The job as it is now, in no session: for routes that only show it. One thread-pool
-    hop, and a Core read: the ORM's `Session.get` costs three times the query itself."""
-    job = None
-    if _possible_job_id(job_id):
-        engine: Engine = request.app.state.engine
-        with engine.connect() as connection:
-            row = connection.execute(_JOB_BY_ID, {"job_id": job_id}).first()
-        job = None if row is None else Job.model_construct(**row._mapping)
+    hop, and a Core read: the ORM's `Session.get` costs three times the query itself. A
+    whole id is read by key; any other ref is resolved (`service.job_refs`)."""
+    engine: Engine = request.app.state.engine
+    whole = job_refs.whole_id(job_id)
+    with engine.connect() as connection:
+        if whole is None:
+            return job_refs.resolve_job_ref(connection, job_id, principal)
+        row = connection.execute(_JOB_BY_ID, {"job_id": whole}).first()
+    job = None if row is None else Job.model_construct(**row._mapping)
     return _visible_job(job, job_id, principal)
 
 

@@ -16,8 +16,11 @@ import { cancelButton, progressCell } from "./jobs.js";
 const REFRESH_MS = 3000;
 
 export async function renderJob(ctx) {
-  const [id] = ctx.params;
-  let job = await api.getJob(id, ctx.signal);
+  // The URL may name the job by a prefix of its id, its name or name@N (the API resolves
+  // it); every later call uses the id it resolved to, so `#/jobs/name@1` stays this job.
+  const [ref] = ctx.params;
+  let job = await api.getJob(ref, ctx.signal);
+  const id = job.id;
 
   const badge = h("span", { id: "job-state" });
   const streamStatus = h("span", { class: "stream-status small", id: "stream-status" });
