@@ -82,6 +82,19 @@ def jobs_using(session: Session, code_id: str, owners: set[str] | None) -> list[
     return sorted(using)
 
 
+def codes_in_use(session: Session, owner: str) -> set[str]:
+    """The code ids that `owner`'s unfinished jobs run."""
+    stmt = select(Job.spec).where(
+        col(Job.state).not_in([str(s) for s in TERMINAL_STATES]), col(Job.owner) == owner
+    )
+    used = set()
+    for spec in session.exec(stmt):
+        code = (spec or {}).get("code") or {}
+        if isinstance(code, dict) and isinstance(code.get("code_id"), str):
+            used.add(code["code_id"])
+    return used
+
+
 def delete_upload(session: Session, code_dir: Path, code_id: str, principal: Principal) -> None:
     """Remove the caller's record of `code_id` (every record, for an admin), and its files
     when no record is left. 404 when the caller has none; 409 while a job runs it."""

@@ -16,12 +16,15 @@ describes ("Errors"):
 Body: {"error": {"code": "<snake_case>", "message": "<for a person>", "detail": <any>}}.
 """
 
+import difflib
 import logging
+import typing
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import compile_path
 
@@ -120,15 +123,64 @@ def error_response(
     return JSONResponse(error_body(code, message, detail), status_code=status, headers=headers)
 
 
-def _validation_detail(exc: RequestValidationError) -> list[dict[str, Any]]:
-    return [
-        {
+def _validation_detail(exc: RequestValidationError, body: Any = None) -> list[dict[str, Any]]:
+    """Each error as `{"loc", "msg", "type"}`, and for an unknown field the known one it is
+    closest to, `did_you_mean` (difflib), when the request's body model has one."""
+    detail = []
+    for err in exc.errors():
+        item: dict[str, Any] = {
             "loc": list(err.get("loc", ())),
             "msg": str(err.get("msg", "")),
             "type": str(err.get("type", "")),
         }
-        for err in exc.errors()
-    ]
+        if item["type"] == "extra_forbidden" and item["loc"]:
+            known = known_fields(body, item["loc"][1:-1])
+            close = difflib.get_close_matches(str(item["loc"][-1]), known, n=1, cutoff=0.6)
+            if close:
+                item["did_you_mean"] = close[0]
+        detail.append(item)
+    return detail
+
+
+def known_fields(model: Any, path: list[Any]) -> list[str]:
+    """The field names of the model found at `path` (keys and list indexes) inside `model`:
+    `JobSpec` and `["checkpoint"]` give the checkpoint policy's fields; [] when none."""
+    for key in path:
+        fields = getattr(_model_in(model), "model_fields", None)
+        if isinstance(key, int):
+            model = next(iter(typing.get_args(_unwrapped(model))), None)
+        elif fields and key in fields:
+            model = fields[key].annotation
+        else:
+            return []
+    fields = getattr(_model_in(model), "model_fields", None)
+    return list(fields or ())
+
+
+def _unwrapped(annotation: Any) -> Any:
+    """`Annotated[X, ...]` as X."""
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    return annotation
+
+
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model an annotation holds (`X | None`, `Annotated[X, ...]`), or None."""
+    annotation = _unwrapped(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (list, dict):
+        return None  # its items' model is one step further (an index, a key)
+    for arg in typing.get_args(annotation):
+        if (found := _model_in(arg)) is not None:
+            return found
+    return None
+
+
+def _body_model(request: Request) -> Any:
+    """The model of the route's JSON body (`JobSpec` for `POST /v1/jobs`), or None."""
+    field = getattr(request.scope.get("route"), "body_field", None)
+    return getattr(getattr(field, "field_info", None), "annotation", None)
 
 
 async def _on_launchbay_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -136,22 +188,36 @@ async def _on_launchbay_error(_request: Request, exc: Exception) -> JSONResponse
     return error_response(exc.status, exc.code, exc.message, exc.detail, exc.headers)
 
 
-async def _on_validation_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    """422 `validation_error`; the message has one line per error (the first five):
+    `invalid request: nproc_per_nodes: unknown field (did you mean nproc_per_node?)`."""
     assert isinstance(exc, RequestValidationError)
-    detail = _validation_detail(exc)
+    detail = _validation_detail(exc, _body_model(request))
     if any(err["type"] == "json_invalid" for err in detail):
         return error_response(400, "invalid_json", "the request body is not valid JSON", detail)
-    problems = "; ".join(_describe(err) for err in detail[:5])
-    more = f" (and {len(detail) - 5} more)" if len(detail) > 5 else ""
-    return error_response(422, "validation_error", f"invalid request: {problems}{more}", detail)
+    problems = [_describe(err) for err in detail[:5]]
+    if len(detail) > 5:
+        problems.append(f"(and {len(detail) - 5} more)")
+    if len(problems) == 1:
+        message = f"invalid request: {problems[0]}"
+    else:
+        message = f"invalid request ({len(detail)} problems):\n" + "\n".join(
+            f"  {problem}" for problem in problems
+        )
+    return error_response(422, "validation_error", message, detail)
 
 
 def _describe(err: dict[str, Any]) -> str:
-    """`config.lr: Input should be greater than 0`, without FastAPI's `body.` prefix."""
+    """`config.lr: Input should be greater than 0`, without FastAPI's `body.` prefix; an
+    unknown field says so, with the known field it is closest to."""
     loc = [str(p) for p in err["loc"]]
     if loc and loc[0] == "body":
         loc = loc[1:]
     msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+        if "did_you_mean" in err:
+            msg += f" (did you mean {err['did_you_mean']}?)"
     return f"{'.'.join(loc)}: {msg}" if loc else msg
 
 

@@ -1,32 +1,50 @@
 """Uploaded user code: `POST /v1/code` stores a .py, .zip or .tar.gz for jobs to run;
-`GET /v1/code/{code_id}` says whether the caller has uploaded those bytes (404 otherwise,
-whoever else did: nobody learns what another owner uploaded), so a client sends a directory
-only when it is new; `DELETE /v1/code/{code_id}` takes an upload back. What an upload may
-be is `GET /v1/limits` (service.routes.limits)."""
+`GET /v1/code` lists the caller's uploads; `GET /v1/code/{code_id}` says whether the caller
+has uploaded those bytes (404 otherwise, whoever else did: nobody learns what another owner
+uploaded), so a client sends a directory only when it is new; `DELETE /v1/code/{code_id}`
+takes an upload back. What an upload may be is `GET /v1/limits` (service.routes.limits)."""
 
 import logging
 from dataclasses import replace
+from datetime import datetime
 
 from fastapi import APIRouter, Request, Response, status
 from pydantic import BaseModel
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from service import code_store, code_usage, policy
 from service.artifacts import store_for
 from service.deps import CurrentPrincipal, RedisDep, SessionDep, SettingsDep
 from service.errors import NotFound
+from service.models import CodeUpload
 from service.settings import Settings
 from service.uploads import ReceivedFile, receive_file
 
 log = logging.getLogger("launchbay.api")
 router = APIRouter(prefix="/v1/code", tags=["code"])
+# `GET /v1/code` lists at most this many uploads (the newest).
+MAX_LISTED = 1000
 
 
 class CodePublic(BaseModel):
     code_id: str
     sha256: str
     size: int
+
+
+class CodeUploadPublic(CodePublic):
+    """One of the caller's uploads, as `GET /v1/code` lists it."""
+
+    filename: str
+    unpacked_size: int
+    created_at: datetime
+    # A job of the caller's that has not finished runs it (`DELETE` answers 409 until then).
+    in_use: bool
+
+
+class CodeUploadsPublic(BaseModel):
+    items: list[CodeUploadPublic]
 
 
 # The route reads its body itself (service.uploads); this documents it for clients and tools.
@@ -113,6 +131,32 @@ def _limits_for(
     code_usage.check_stored_quota(usage, received.size, settings.code_quota_bytes)
     left = settings.code_quota_unpacked_bytes - usage.unpacked_bytes
     return replace(limits, quota_left=left)
+
+
+@router.get("", response_model=CodeUploadsPublic)
+def list_code(session: SessionDep, principal: CurrentPrincipal) -> CodeUploadsPublic:
+    """The caller's own uploads (an admin's too: only their own), newest first."""
+    stmt = (
+        select(CodeUpload)
+        .where(CodeUpload.owner == principal.name)
+        .order_by(col(CodeUpload.created_at).desc(), col(CodeUpload.code_id))
+        .limit(MAX_LISTED)
+    )
+    in_use = code_usage.codes_in_use(session, principal.name)
+    return CodeUploadsPublic(
+        items=[
+            CodeUploadPublic(
+                code_id=row.code_id,
+                sha256=row.code_id,
+                size=row.size,
+                filename=row.filename,
+                unpacked_size=row.unpacked_size,
+                created_at=row.created_at,
+                in_use=row.code_id in in_use,
+            )
+            for row in session.exec(stmt)
+        ]
+    )
 
 
 @router.get("/{code_id}", response_model=CodePublic)

@@ -124,6 +124,10 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
     name: Annotated[str | None, Query(max_length=128, description="Only jobs so named.")] = None,
+    name_contains: Annotated[
+        str | None,
+        Query(max_length=128, description="Only jobs whose name contains this text (any case)."),
+    ] = None,
     tag: Annotated[
         list[str] | None,
         Query(max_length=300, description="Only jobs with this tag, `key=value` (repeatable)."),
@@ -145,6 +149,7 @@ def list_jobs(
         name=name,
         tags=[_tag(item) for item in tag or []],
         count_limit=settings.job_count_exact_limit,
+        name_contains=name_contains,
     )
     return JobsPublic(
         items=[JobPublic.model_validate(j) for j in rows],

@@ -75,15 +75,19 @@ def list_jobs(
     name: str | None = None,
     tags: Sequence[tuple[str, str]] = (),
     count_limit: int | None = None,
+    name_contains: str | None = None,
 ) -> tuple[list[Job], int, bool]:
     """Jobs newest first, how many match in all, and whether that number is an estimate.
-    `owner=None` means every owner; `name` and each (key, value) of `tags` narrow the list.
+    `owner=None` means every owner; `name`, `name_contains` (any case; `%` and `_` are
+    plain characters) and each (key, value) of `tags` narrow the list.
 
     Each filter has an index that holds its jobs newest first (`Job.__table_args__`, and
     `JobTag` for tags), so a page costs the same however many jobs there are. Counting costs
     what it counts: with `count_limit`, at most that many matches are counted; past it the
     total is `count_limit` and marked as an estimate (a lower bound)."""
-    stmt, conditions = job_list_query(owner=owner, state=state, name=name, tags=tags)
+    stmt, conditions = job_list_query(
+        owner=owner, state=state, name=name, tags=tags, name_contains=name_contains
+    )
     rows = list(session.exec(stmt.offset(offset).limit(limit)).all())
     total, estimated = count_jobs(session, conditions, count_limit)
     return rows, total, estimated
@@ -95,6 +99,7 @@ def job_list_query(
     state: JobState | None = None,
     name: str | None = None,
     tags: Sequence[tuple[str, str]] = (),
+    name_contains: str | None = None,
 ) -> tuple[Any, list[Any]]:
     """The SELECT of `list_jobs`, newest first, and its conditions (for counting). With tags,
     the jobs are read through the first tag's index, which holds them newest first too."""
@@ -105,6 +110,8 @@ def job_list_query(
         conditions.append(col(Job.state) == state)
     if name is not None:
         conditions.append(col(Job.name) == name)
+    if name_contains:
+        conditions.append(col(Job.name).icontains(name_contains, autoescape=True))
     for key, value in tags[1:]:
         tagged = select(JobTag.job_id).where(JobTag.key == key, JobTag.value == value)
         conditions.append(col(Job.id).in_(tagged))
