@@ -109,9 +109,12 @@ class AsyncClient(AsyncRunMethods):
         name: str | None = None,
         tag: str | None = None,
         owner: str | None = None,
+        name_contains: str | None = None,
     ) -> JobPage:
         return await self._call(
-            calls.list_jobs(state, limit, offset, name=name, tag=tag, owner=owner)
+            calls.list_jobs(
+                state, limit, offset, name=name, tag=tag, owner=owner, name_contains=name_contains
+            )
         )
 
     async def cancel_job(self, job_id: str) -> Job:

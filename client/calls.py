@@ -150,6 +150,14 @@ def get_code(code_id: str) -> Call[models.UploadedCode]:
     return Call("GET", f"/v1/code/{quote(code_id, safe='')}", models.UploadedCode.model_validate)
 
 
+def list_code() -> Call[list[models.CodeUpload]]:
+    return Call("GET", "/v1/code", _items(models.CodeUpload))
+
+
+def delete_code(code_id: str) -> Call[None]:
+    return Call("DELETE", f"/v1/code/{quote(code_id, safe='')}", _nothing)
+
+
 def get_limits() -> Call[models.Limits]:
     return Call("GET", "/v1/limits", models.Limits.model_validate)
 

@@ -1,6 +1,6 @@
 """`Client`'s and `AsyncClient`'s methods for running a directory's program as it is, and for
 the files a job kept: `upload_directory`, `run_program`, `get_code`, `get_limits`,
-`list_artifacts`, `download_artifacts`.
+`list_artifacts`, `download_artifacts`; and `list_code`, `delete_code`, `rerun_job`.
 
 The rules live in pure modules, shared by both: `client.program` (the command as spec
 fields), `client.selection` and `client.packing` (which files, one deterministic archive,
@@ -16,7 +16,15 @@ from typing import Any
 from client import calls
 from client.artifact_files import chosen, target_in, written
 from client.errors import NotFound
-from client.models import Artifact, ArtifactPage, Job, Limits, UploadedCode, UploadedDirectory
+from client.models import (
+    Artifact,
+    ArtifactPage,
+    CodeUpload,
+    Job,
+    Limits,
+    UploadedCode,
+    UploadedDirectory,
+)
 from client.packing import (
     PackedDirectory,
     pack_directory,
@@ -31,6 +39,7 @@ from client.program import (
     parse_command,
     run_spec,
 )
+from client.specfile import rerun_spec
 from client.transport import AsyncTransport, SyncTransport
 
 PathLike = str | os.PathLike[str]
@@ -81,6 +90,23 @@ class RunMethods(SyncTransport):
     def get_limits(self) -> Limits:
         """The most an upload may be, hold and unpack to (the API's settings)."""
         return self._call(calls.get_limits())
+
+    def list_code(self) -> list[CodeUpload]:
+        """Your code uploads, newest first; `in_use` while an unfinished job of yours runs one."""
+        return self._call(calls.list_code())
+
+    def delete_code(self, code_id: str) -> None:
+        """Take an upload of yours back (Conflict while an unfinished job of yours runs it)."""
+        self._call(calls.delete_code(code_id))
+
+    def rerun_job(
+        self, job_id: str, overrides: Sequence[str] = (), idempotency_key: str | None = None
+    ) -> Job:
+        """Submit a job's spec again, with `KEY=VALUE` overrides on dotted paths
+        (`["nproc_per_node=2", "config.lr=0.1"]`, values read as YAML), validated by the API
+        as any submission. `job_id` may be any job ref (a prefix, a name, `name@N`)."""
+        spec = rerun_spec(self._call(calls.get_job(job_id)).spec, overrides)
+        return self._call(calls.submit_job(spec, idempotency_key))
 
     def upload_directory(self, directory: PathLike = ".") -> UploadedDirectory:
         """Pack `directory` (honouring `.gitignore` and `.launchbayignore`; links are not
@@ -161,6 +187,18 @@ class AsyncRunMethods(AsyncTransport):
 
     async def get_limits(self) -> Limits:
         return await self._call(calls.get_limits())
+
+    async def list_code(self) -> list[CodeUpload]:
+        return await self._call(calls.list_code())
+
+    async def delete_code(self, code_id: str) -> None:
+        await self._call(calls.delete_code(code_id))
+
+    async def rerun_job(
+        self, job_id: str, overrides: Sequence[str] = (), idempotency_key: str | None = None
+    ) -> Job:
+        spec = rerun_spec((await self._call(calls.get_job(job_id))).spec, overrides)
+        return await self._call(calls.submit_job(spec, idempotency_key))
 
     async def upload_directory(self, directory: PathLike = ".") -> UploadedDirectory:
         return await self._upload(Path(directory), None)

@@ -123,7 +123,12 @@ class Client(RunMethods):
         return self._call(calls.dry_run_job(spec))
 
     def get_job(self, job_id: str) -> Job:
-        """The job as it is now (NotFound for an unknown id, or another owner's job)."""
+        """The job as it is now (NotFound for an unknown id, or another owner's job).
+
+        Wherever a method takes a `job_id`, it may be the whole id, a unique prefix of it (4
+        characters or more), the job's name, or `name@N` (the Nth newest job of that name,
+        `@1` the newest): the API resolves it. A ref that names several jobs raises
+        Conflict (`code` `ambiguous_id`, the candidates in `detail["candidates"]`)."""
         return self._call(calls.get_job(job_id))
 
     def list_jobs(
@@ -135,9 +140,15 @@ class Client(RunMethods):
         name: str | None = None,
         tag: str | None = None,
         owner: str | None = None,
+        name_contains: str | None = None,
     ) -> JobPage:
-        """One page of jobs, newest first. `tag` is `key=value`; `owner` needs an admin token."""
-        return self._call(calls.list_jobs(state, limit, offset, name=name, tag=tag, owner=owner))
+        """One page of jobs, newest first. `name` is an exact name, `name_contains` a part of
+        one (any case); `tag` is `key=value`; `owner` needs an admin token."""
+        return self._call(
+            calls.list_jobs(
+                state, limit, offset, name=name, tag=tag, owner=owner, name_contains=name_contains
+            )
+        )
 
     def cancel_job(self, job_id: str) -> Job:
         """Ask a job to stop: a queued one is `cancelled` at once, a running one `cancelling`."""

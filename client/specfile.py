@@ -1,8 +1,10 @@
 """Job spec files for `launchbay submit`: YAML or JSON, with `--set key.path=value` overrides."""
 
+import copy
 import json
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,26 @@ def apply_assignments(spec: dict[str, Any], assignments: list[str]) -> dict[str,
             node = child
         node[keys[-1]] = value
     return spec
+
+
+# How the API shows the value of a `secret_env` variable (service.schemas.SECRET_MASK).
+SECRET_MASK = "***"
+
+
+def rerun_spec(spec: Mapping[str, Any], assignments: Sequence[str]) -> dict[str, Any]:
+    """A job's spec (as the API shows it) to submit again, with `KEY=VALUE` overrides.
+
+    A `secret_env` variable's value is masked in what the API shows; each must be given again
+    (`env.NAME=...`), or the job would run with the mask as its value."""
+    again = apply_assignments(copy.deepcopy(dict(spec)), list(assignments))
+    env = again.get("env") or {}
+    masked = [name for name in again.get("secret_env") or [] if env.get(name) == SECRET_MASK]
+    if masked:
+        given = " ".join(f"--set env.{name}=..." for name in masked)
+        raise SpecFileError(
+            f"the job's secret variables are not shown by the API; give them again: {given}"
+        )
+    return again
 
 
 def _kind(path: Path) -> str:

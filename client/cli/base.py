@@ -1,9 +1,11 @@
 """The `launchbay` app itself: global options, consoles, and how errors become exit statuses."""
 
+import io
 import os
+import re
 import sys
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO, cast
 
 import httpx
 import typer
@@ -21,6 +23,7 @@ from client.errors import (
     PackError,
     Unauthorized,
 )
+from client.explain import describe_api_error
 from client.sdk import Client
 from client.specfile import SpecFileError
 
@@ -51,12 +54,61 @@ class CliState:
 
 def out() -> Console:
     """Standard output. Markup is off, so user text (`[bold]` in a log line or a job's name)
-    prints as written; colour only on a terminal, never with NO_COLOR (rich reads both)."""
-    return Console(markup=False, emoji=False, highlight=False, soft_wrap=True)
+    prints as written; colour only on a terminal, never with NO_COLOR (rich reads both).
+    Piped, no line ends in spaces (rich pads a table's cells to their column's width)."""
+    return Console(
+        file=trimmed(sys.stdout), markup=False, emoji=False, highlight=False, soft_wrap=True
+    )
 
 
 def err() -> Console:
-    return Console(stderr=True, markup=False, emoji=False, highlight=False, soft_wrap=True)
+    return Console(
+        file=trimmed(sys.stderr), markup=False, emoji=False, highlight=False, soft_wrap=True
+    )
+
+
+# Spaces at the end of a line, before any colour codes that close it.
+TRAILING_SPACES = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$")
+
+
+class TrimmedLines(io.TextIOBase):
+    """A text stream that writes each line to `stream` without its trailing spaces; a line
+    not yet ended is written as it is when flushed (rich flushes after every print)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.pending = ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        if lines:
+            self.stream.write("".join(TRAILING_SPACES.sub(r"\1", line) + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.stream.write(self.pending)
+            self.pending = ""
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+
+def trimmed(stream: TextIO) -> TextIO:
+    """`stream` itself on a terminal (a live display redraws its lines), else trimmed."""
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, ValueError):
+        terminal = False
+    return stream if terminal else cast(TextIO, TrimmedLines(stream))
 
 
 class LaunchbayGroup(TyperGroup):
@@ -75,7 +127,9 @@ class LaunchbayGroup(TyperGroup):
         except Forbidden as exc:
             hint = "" if "admin" in exc.message else " (this needs a token with the admin role)"
             fail(f"error {exc.code}: {exc.message}{hint}")
-        except (ApiError, PackError) as exc:
+        except ApiError as exc:
+            fail(describe_api_error(exc))
+        except PackError as exc:
             fail(f"error {exc.code}: {exc.message}")
         except CommandError as exc:
             fail(f"error {exc.code}: {exc.message}", EXIT_CANCELLED)
