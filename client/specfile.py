@@ -34,8 +34,11 @@ def load_spec(path: Path) -> dict[str, Any]:
         raise SpecFileError(f"cannot read {path}: {exc.strerror or exc}") from exc
     try:
         spec = json.loads(text) if path.suffix == ".json" else yaml.load(text, SpecLoader)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise SpecFileError(f"{path} is not valid {_kind(path)}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        where = f"{path}, line {exc.lineno}, column {exc.colno}"
+        raise SpecFileError(f"{where}: not valid JSON: {exc.msg}") from exc
+    except yaml.YAMLError as exc:
+        raise SpecFileError(_yaml_problem(path, exc)) from exc
     if not isinstance(spec, dict):
         raise SpecFileError(f"{path} must hold a mapping (name: ..., recipe: ...)")
     return spec
@@ -97,5 +100,14 @@ def rerun_spec(spec: Mapping[str, Any], assignments: Sequence[str]) -> dict[str,
     return again
 
 
-def _kind(path: Path) -> str:
-    return "JSON" if path.suffix == ".json" else "YAML"
+def _yaml_problem(path: Path, exc: yaml.YAMLError) -> str:
+    """`job.yaml, line 3, column 5: not valid YAML: mapping values are not allowed here`: the
+    file and line where PyYAML found it (it names the text `<unicode string>` itself)."""
+    name = "standard input" if str(path) == "-" else str(path)
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    why = f"{problem} ({context})" if context else problem
+    if mark is None:
+        return f"{name}: not valid YAML: {why}"
+    return f"{name}, line {mark.line + 1}, column {mark.column + 1}: not valid YAML: {why}"

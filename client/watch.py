@@ -105,6 +105,7 @@ class JobView:
     def render(self) -> RenderableType:
         with self._lock:
             job = self.job
+            # One line, cut with an ellipsis at the width (a long worker name goes first).
             header = Text.assemble(
                 ("job ", "bold"),
                 (str(job.get("id")), "bold"),
@@ -113,6 +114,7 @@ class JobView:
                 f"  attempt {job.get('attempt', 1)}",
                 f"  on {job['worker']}" if job.get("worker") else "",
             )
+            header.no_wrap, header.overflow = True, "ellipsis"
             metrics = Text(
                 "  ".join(
                     f"{name} {format_number(value)}"
@@ -163,6 +165,7 @@ def follow_job(client: Client, job_id: str, console: Console, poll_s: float = 1.
     job = client.get_job(job_id)
     if job.is_terminal():
         return job
+    job_id = job.id  # a prefix or a name resolved once: `name@1` stays this job
     view = JobView(job.model_dump(mode="json"), echo=None if console.is_terminal else console)
     display: AbstractContextManager[Any] = (
         Live(get_renderable=view.render, console=console, refresh_per_second=4)

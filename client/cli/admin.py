@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 
-from client import render
-from client.cli.base import app, code_app, err, out, print_json, state_of, token_app
+from client import render, views
+from client.cli.base import app, code_app, err, fail, out, print_json, state_of, token_app
 from client.cli.jobs import JobId, JsonFlag
+from client.models import CodeUpload
 
 
 class Role(StrEnum):
@@ -32,15 +33,67 @@ def code_upload(
         out().print(f"code_id {uploaded.code_id}  sha256 {uploaded.sha256}  size {uploaded.size}")
 
 
-@app.command()
-def recipes(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """List the built-in training programs."""
+@code_app.command("list")
+def code_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """List your code uploads, newest first (code ids cut to 12 characters; --json: whole)."""
     with state_of(ctx).client() as lb:
-        items = render.plain(lb.list_recipes())
+        items = render.plain(lb.list_code())
     if as_json:
         print_json({"items": items})
     else:
-        out().print(render.records_table(items, ["name", "description"]))
+        out().print(views.code_table(items))
+
+
+@code_app.command("rm")
+def code_rm(
+    ctx: typer.Context,
+    code_id: Annotated[
+        str, typer.Argument(help="A code_id, or a unique prefix of one of yours (4+).")
+    ],
+) -> None:
+    """Take back an upload of yours (refused while an unfinished job of yours runs it)."""
+    with state_of(ctx).client() as lb:
+        whole = _whole_code_id(lb.list_code(), code_id)
+        lb.delete_code(whole)
+    out().print(f"deleted code {whole}")
+
+
+def _whole_code_id(uploads: list[CodeUpload], given: str) -> str:
+    """`given`, or the one upload of yours whose code_id starts with it (4+ characters)."""
+    if len(given) < 4 or any(u.code_id == given for u in uploads):
+        return given
+    found = [u.code_id for u in uploads if u.code_id.startswith(given.lower())]
+    if len(found) > 1:
+        fail(
+            f"error ambiguous_id: {given!r} begins {len(found)} of your uploads: "
+            + ", ".join(found)
+        )
+    return found[0] if found else given
+
+
+@app.command()
+def recipes(
+    ctx: typer.Context,
+    name: Annotated[str | None, typer.Argument(help="Only this recipe.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List the built-in training programs, each with its hyperparameters (name, type,
+    default; their descriptions too at 100 columns or more). Set them in a spec's
+    `config:`, or with `submit FILE --set config.NAME=VALUE`."""
+    with state_of(ctx).client() as lb:
+        items = render.plain(lb.list_recipes())
+    if name is not None:
+        items = [item for item in items if item.get("name") == name]
+        if not items:
+            fail(f"error not_found: no recipe {name!r}")
+    if as_json:
+        print_json({"items": items})
+        return
+    console = out()
+    for index, item in enumerate(items):
+        if index:
+            console.print()
+        console.print(views.recipe_view(item, console.width))
 
 
 @app.command()
@@ -135,6 +188,12 @@ def usage(
         print_json(used)
         return
     rows = render.plain(used.items)
+    if not rows and not used.recorded:
+        out().print(
+            "no usage: it is recorded only while the dispatcher admits jobs "
+            "(LAUNCHBAY_SCHEDULER=dispatcher, docs/scheduling.md); this service does not use it"
+        )
+        return
     for row in rows:
         row["device_hours"] = f"{row['device_seconds'] / 3600:.3f}"
     caption = f"since {used.since.isoformat()}"

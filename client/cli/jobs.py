@@ -19,7 +19,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from client import render
+from client import render, views
 from client.cli.base import EXIT_INTERRUPTED, app, err, fail, out, print_json, state_of
 from client.specfile import apply_assignments, load_spec
 from client.watch import describe_end, exit_code_for, follow_job
@@ -31,7 +31,14 @@ class MetricsFormat(StrEnum):
     JSON = "json"
 
 
-JobId = Annotated[str, typer.Argument(help="The job's id.", show_default=False)]
+JobId = Annotated[
+    str,
+    typer.Argument(
+        help="The job: its id, a unique prefix of it (4+ characters), its name, or name@N "
+        "(the Nth newest job of that name).",
+        show_default=False,
+    ),
+]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
 
 
@@ -102,7 +109,10 @@ def print_dry_run(plan: dict[str, Any], as_json: bool) -> None:
 def list_jobs(
     ctx: typer.Context,
     state: Annotated[str | None, typer.Option("--state", help="Only jobs in this state.")] = None,
-    name: Annotated[str | None, typer.Option("--name", help="Only jobs of this name.")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="Only jobs whose name contains this text (any case)."),
+    ] = None,
     tag: Annotated[
         str | None, typer.Option("--tag", help="Only jobs with this tag: KEY=VALUE.")
     ] = None,
@@ -112,15 +122,15 @@ def list_jobs(
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 50,
     as_json: JsonFlag = False,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first; under a failed job, its exit reason and message."""
     with state_of(ctx).client() as lb:
-        page = lb.list_jobs(state=state, limit=limit, name=name, tag=tag, owner=owner)
+        page = lb.list_jobs(state=state, limit=limit, name_contains=name, tag=tag, owner=owner)
     if as_json:
         print_json(page)
     else:
         console = out()
         total = f"{page.total}+" if page.total_is_estimate else page.total
-        console.print(render.jobs_table(render.plain(page.items), total, console.width))
+        console.print(views.jobs_view(render.plain(page.items), total, console))
 
 
 @app.command()
@@ -128,7 +138,7 @@ def status(ctx: typer.Context, job_id: JobId, as_json: JsonFlag = False) -> None
     """Show one job, with a summary of its checkpoints."""
     with state_of(ctx).client() as lb:
         job = lb.get_job(job_id)
-        checkpoints = lb.list_checkpoints(job_id)
+        checkpoints = lb.list_checkpoints(job.id)
     if as_json:
         print_json(job)
     else:
@@ -176,6 +186,7 @@ def logs(
     after = 0
     with state_of(ctx).client() as lb:
         job = lb.get_job(job_id)
+        job_id = job.id  # a prefix or a name resolved once
         multi_node = int(job.spec.get("nnodes") or 1) > 1
         while True:
             ended = not follow or job.is_terminal()
