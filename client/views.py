@@ -131,7 +131,8 @@ def compare_view(jobs: list[dict[str, Any]], best: list[dict[str, Any] | None]) 
     for key in differing:
         table.add_row(key, *(spec.get(key, "—") for spec in specs))
     same = len(keys) - len(differing)
-    table.add_row(Text(f"({same} other keys the same)", style="dim"), *("" for _ in jobs))
+    others = f"({same} other key{'s' * (same != 1)} the same)"
+    table.add_row(Text(others, style="dim"), *("" for _ in jobs))
     _metric_rows(table, "last", [j.get("latest_metrics") or {} for j in jobs])
     best_metrics = [(b or {}).get("metrics") or {} for b in best]
     _metric_rows(table, "best checkpoint", best_metrics, best)
@@ -147,7 +148,7 @@ def _metric_rows(
     table.add_section()
     table.add_row(Text(title, style="dim"), *("" for _ in values))
     if checkpoints is not None:
-        steps = [f"step {format_number(c.get('step'))}" if c else "—" for c in checkpoints]
+        steps = [format_number(c.get("step")) if c else "—" for c in checkpoints]
         table.add_row("step", *steps)
     names = sorted({name for metrics in values for name in metrics})
     for name in names:

@@ -7,6 +7,7 @@ import typer
 from client import render, views
 from client.cli.base import app, err, fail, out, print_json, state_of
 from client.cli.jobs import JsonFlag
+from client.specfile import rerun_spec
 from client.watch import describe_end, exit_code_for, follow_job
 
 JobIds = Annotated[
@@ -66,7 +67,7 @@ def rerun(
     console = out()
     with state_of(ctx).client() as lb:
         before = lb.get_job(job_id)
-        job = lb.rerun_job(before.id, set_ or [])
+        job = lb.submit_job(rerun_spec(before.spec, set_ or []))
         if not wait:
             if as_json:
                 print_json(job)
