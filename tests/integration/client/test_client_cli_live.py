@@ -160,3 +160,56 @@ def test_server_side_commands_db_upgrade_and_one_reaper_pass(
         assert reaped.exit_code == 0, reaped.output
     finally:
         get_settings.cache_clear()
+
+
+def test_job_refs_compare_rerun_and_code_list_against_the_api(
+    live_api: LiveApi, tmp_path: Path
+) -> None:
+    """Prefixes, names and name@N reach the job through every command; rerun is validated by
+    the API (a did-you-mean for a misspelt field); compare and code list read at 80 columns."""
+    with live_api.client() as lb:
+        first = lb.submit_job({**SPEC, "name": "digits-ddp", "config": {"lr": 0.1}}).id
+        second = lb.submit_job({**SPEC, "name": "digits-ddp", "config": {"lr": 0.01}}).id
+    live_api.start(first)
+    live_api.finish(
+        first, JobState.FAILED, exit_code=1, exit_reason=ExitReason.USER_ERROR, message="boom"
+    )
+    status = launchbay(live_api.url, "status", first[:6], "--json")
+    assert json.loads(status.stdout)["id"] == first
+    assert (
+        json.loads(launchbay(live_api.url, "status", "digits-ddp@2", "--json").stdout)["id"]
+        == first
+    )
+    ambiguous = launchbay(live_api.url, "status", "digits-ddp")
+    assert ambiguous.exit_code == 1
+    assert ambiguous.stderr.startswith("error ambiguous_id: ")
+    assert {line.split()[0] for line in ambiguous.stderr.splitlines()[1:]} == {first, second}
+
+    listed = launchbay(live_api.url, "list", "--name", "DIGITS")
+    lines = listed.stdout.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith(first))
+    assert lines[row + 1] == "  user_error: boom"
+    compared = launchbay(live_api.url, "compare", "digits-ddp@1", first[:4])
+    assert compared.exit_code == 0, compared.output
+    assert ["config.lr", "0.01", "0.1"] in [line.split() for line in compared.stdout.splitlines()]
+
+    misspelt = launchbay(live_api.url, "rerun", first[:6], "--set", "nproc_per_nodes=2")
+    assert misspelt.exit_code == 1
+    assert "did you mean nproc_per_node?" in misspelt.stderr
+    rerun = launchbay(live_api.url, "rerun", first[:6], "--set", "config.lr=0.5", "--json")
+    assert rerun.exit_code == 0, rerun.output
+    again = json.loads(rerun.stdout)
+    assert again["spec"]["config"]["lr"] == 0.5 and again["name"] == "digits-ddp"
+    newest = json.loads(launchbay(live_api.url, "status", "digits-ddp@1", "--json").stdout)
+    assert newest["id"] == again["id"]
+
+    script = tmp_path / "train.py"
+    script.write_text("print('hello')\n")
+    code_id = json.loads(launchbay(live_api.url, "code", "upload", str(script), "--json").stdout)[
+        "code_id"
+    ]
+    code_list = launchbay(live_api.url, "code", "list")
+    assert code_list.stdout.splitlines()[1].split()[:2] == [code_id[:12], "train.py"]
+    removed = launchbay(live_api.url, "code", "rm", code_id[:8])
+    assert removed.exit_code == 0, removed.output
+    assert json.loads(launchbay(live_api.url, "code", "list", "--json").stdout) == {"items": []}

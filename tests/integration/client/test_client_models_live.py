@@ -19,6 +19,7 @@ from client.models import (
     Artifact,
     ArtifactPage,
     Checkpoint,
+    CodeUpload,
     CreatedToken,
     Job,
     JobPage,
@@ -28,6 +29,7 @@ from client.models import (
     Recipe,
     Token,
     UploadedCode,
+    Usage,
 )
 from jobs.states import ExitReason, JobState
 from service import store
@@ -48,6 +50,8 @@ RECORDS: list[tuple[type[BaseModel], str, str, bool]] = [
     (CreatedToken, "post", "/v1/tokens", False),
     (UploadedCode, "post", "/v1/code", False),
     (UploadedCode, "get", "/v1/code/{code_id}", False),
+    (CodeUpload, "get", "/v1/code", True),
+    (Usage, "get", "/v1/usage", False),
     (Limits, "get", "/v1/limits", False),
     (ArtifactPage, "get", "/v1/jobs/{job_id}/artifacts", False),
     (Artifact, "get", "/v1/jobs/{job_id}/artifacts", True),
