@@ -41,6 +41,7 @@ class SyncTransport:
             job = self._call(calls.get_job(job_id))
             if job.is_terminal():
                 return job
+            job_id = job.id  # a prefix or a name, resolved once: `name@1` stays this job
             time.sleep(http.poll_wait(job_id, job.state, timeout, deadline, poll_s))
 
     def _follow(self, job_id: str, last_event_id: str | None) -> Iterator[Event]:
@@ -153,6 +154,7 @@ class AsyncTransport:
             job = await self._call(calls.get_job(job_id))
             if job.is_terminal():
                 return job
+            job_id = job.id  # a prefix or a name, resolved once
             await asyncio.sleep(http.poll_wait(job_id, job.state, timeout, deadline, poll_s))
 
     async def _follow(self, job_id: str, last_event_id: str | None) -> AsyncGenerator[Event, None]:
