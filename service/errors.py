@@ -8,6 +8,7 @@ describes ("Errors"):
     ├── NotFound                   (404 not_found)
     ├── Conflict                   (409 conflict)
     │   └── InvalidTransition      (409 invalid_transition)
+    │   (a job ref naming several jobs: 409 ambiguous_id, service.job_refs)
     ├── PayloadTooLarge            (413 payload_too_large)
     ├── Unprocessable              (422 validation_error)
     ├── TooManyRequests            (429 rate_limited)
