@@ -13,7 +13,16 @@ from typer.testing import CliRunner, Result
 
 from client.cli import CliState, app
 from client.watch import JobView
-from tests.unit.client.conftest import API_URL, FakeApi, checkpoint, error_body, job, reply
+from tests.unit.client.conftest import (
+    API_URL,
+    FakeApi,
+    checkpoint,
+    error_body,
+    job,
+    metric_point,
+    reply,
+    worker_record,
+)
 
 A, B = "a" * 32, "b" * 32
 TRACEBACK = "rank 1 failed: Traceback (most recent call last):\n  File x\nValueError: " + "y" * 200
@@ -262,3 +271,17 @@ def test_a_yaml_error_names_the_file_and_line(api: FakeApi, tmp_path: Path) -> N
     assert result.stderr.startswith(f"error: {spec}, line 4, column 1: not valid YAML: ")
     assert "<unicode string>" not in result.stderr
     assert api.requests == []
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_tables_of_other_commands_have_no_trailing_spaces_when_piped(
+    api: FakeApi, columns: int
+) -> None:
+    api.on("GET", "/v1/workers", reply(200, {"items": [worker_record("gpu-a:1")]}))
+    points = [metric_point(1, "loss", 0.5), metric_point(2, "loss", 0.25)]
+    api.on("GET", f"/v1/jobs/{A}/metrics", reply(200, {"items": points, "next_after": 2}))
+    api.on("GET", f"/v1/jobs/{A}/checkpoints", reply(200, {"items": [checkpoint("c1", 5)]}))
+    for args in (["workers"], ["metrics", A], ["checkpoints", A]):
+        result = launchbay(api, *args, columns=columns)
+        assert result.exit_code == 0, result.output
+        assert result.stdout.strip() and no_trailing_spaces(result.stdout), args
