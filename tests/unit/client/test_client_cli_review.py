@@ -12,6 +12,7 @@ from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from client.cli import CliState, app
+from client.sdk import Client
 from client.watch import JobView
 from tests.unit.client.conftest import (
     API_URL,
@@ -285,3 +286,17 @@ def test_tables_of_other_commands_have_no_trailing_spaces_when_piped(
         result = launchbay(api, *args, columns=columns)
         assert result.exit_code == 0, result.output
         assert result.stdout.strip() and no_trailing_spaces(result.stdout), args
+
+
+def test_the_sdk_reruns_lists_and_deletes_code(api: FakeApi) -> None:
+    spec = {"name": "d", "recipe": "digits", "config": {"lr": 0.1}}
+    api.on("GET", "/v1/jobs/d@1", reply(200, job(A, "failed", spec=spec)))
+    api.on("POST", "/v1/jobs", reply(201, job(B, "queued")))
+    api.on("GET", "/v1/code", reply(200, {"items": []}))
+    api.on("DELETE", "/v1/code/abc", reply(204))
+    with Client(API_URL, "t", transport=api.transport, backoff_s=0) as lb:
+        assert lb.rerun_job("d@1", ["config.lr=0.5", "nnodes=2"]).id == B
+        assert lb.list_code() == []
+        lb.delete_code("abc")
+    [sent] = api.sent("POST", "/v1/jobs")
+    assert json.loads(sent.content) == {**spec, "config": {"lr": 0.5}, "nnodes": 2}
