@@ -88,7 +88,13 @@ def resolve_job_ref(connection: Connection, text: str, principal: Principal) -> 
         return _one(connection, stmt.offset(ref.nth - 1).limit(1), ref)
     matches = [col(Job.name) == ref.name]
     if ref.prefix is not None:
-        matches.append(col(Job.id).startswith(ref.prefix, autoescape=True))
+        # The range lets the primary key's index serve it in any collation (hex digits sort
+        # below `g` in all of them); LIKE keeps it exact.
+        matches.append(
+            (col(Job.id) >= ref.prefix)
+            & (col(Job.id) < ref.prefix + "g")
+            & col(Job.id).startswith(ref.prefix, autoescape=True)
+        )
     stmt = select(Job).where(matches[0] if len(matches) == 1 else matches[0] | matches[1])
     stmt = stmt.where(*visible).order_by(*newest).limit(MAX_CANDIDATES + 1)
     jobs = _jobs(connection, stmt)
