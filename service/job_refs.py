@@ -30,7 +30,7 @@ ID_LENGTH = 32
 MIN_PREFIX = 4
 # A name is at most 128 characters; `@` and a count come after it.
 MAX_REF = 128 + 1 + 7
-MAX_NTH = 1_000_000
+MAX_NTH = 10_000
 # How many candidates an ambiguous ref lists.
 MAX_CANDIDATES = 10
 CANDIDATE_FIELDS = {"id", "name", "state", "created_at"}

@@ -30,7 +30,7 @@ def test_what_a_ref_names(text: str, ref: JobRef) -> None:
     assert parse_job_ref(text) == ref
 
 
-@pytest.mark.parametrize("text", ["x@0", "x@-1", "@0", "x@99999999999999999999", "x@1000001"])
+@pytest.mark.parametrize("text", ["x@0", "x@-1", "@0", "x@99999999999999999999", "x@10001"])
 def test_a_bad_count_is_a_bad_request(text: str) -> None:
     with pytest.raises(BadRequest):
         parse_job_ref(text)
