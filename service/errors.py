@@ -149,13 +149,24 @@ def known_fields(model: Any, path: list[Any]) -> list[str]:
     for key in path:
         fields = getattr(_model_in(model), "model_fields", None)
         if isinstance(key, int):
-            model = next(iter(typing.get_args(_unwrapped(model))), None)
+            model = _item_of(model)
         elif fields and key in fields:
             model = fields[key].annotation
         else:
             return []
     fields = getattr(_model_in(model), "model_fields", None)
     return list(fields or ())
+
+
+def _item_of(annotation: Any) -> Any:
+    """The items' annotation of a list annotation (`list[X]`, `list[X] | None`), or None."""
+    annotation = _unwrapped(annotation)
+    if typing.get_origin(annotation) is list:
+        return next(iter(typing.get_args(annotation)), None)
+    for arg in typing.get_args(annotation):
+        if typing.get_origin(_unwrapped(arg)) is list:
+            return _item_of(arg)
+    return None
 
 
 def _unwrapped(annotation: Any) -> Any:

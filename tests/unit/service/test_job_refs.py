@@ -2,6 +2,7 @@
 one is matched against (`service.errors.known_fields`): no database."""
 
 import pytest
+from pydantic import BaseModel
 
 from jobs.spec import JobSpec
 from service.errors import BadRequest, NotFound, known_fields
@@ -43,7 +44,16 @@ def test_what_can_name_no_job_is_not_found_and_never_echoed_whole(text: str) -> 
     assert len(raised.value.message) < 200
 
 
+class Item(BaseModel):
+    alpha: int
+
+
+class Holder(BaseModel):
+    items: list[Item] | None = None
+
+
 def test_known_fields_follow_nested_models() -> None:
+    assert known_fields(Holder, ["items", 0]) == ["alpha"]
     assert "nproc_per_node" in known_fields(JobSpec, [])
     assert "every_steps" in known_fields(JobSpec, ["checkpoint"])
     assert known_fields(JobSpec, ["config"]) == []
