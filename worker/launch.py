@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.contract import env as rank_env
+from jobs.contract import rank_files
 from jobs.spec import DEVICE_ENV, JobSpec
 from jobs.startup_env import is_startup_env
 from worker.passed_env import passed_env
@@ -116,7 +117,7 @@ class RunPaths:
         return self.run_dir / "pids.json"
 
     def rank_log(self, rank: int) -> Path:
-        return self.log_dir / f"rank-{rank}.log"
+        return rank_files.LOG.path(self.log_dir, rank)
 
 
 @dataclass(frozen=True)

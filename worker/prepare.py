@@ -40,7 +40,6 @@ from worker.launch import (
     RunPaths,
     build_launch,
 )
-from worker.lifeline import CPU_AFFINITY_ENV
 from worker.workdir import make_work_dir, restore_checkpoint
 
 
@@ -215,6 +214,6 @@ def prepare_attempt(
     # CPU slots: the job's processes see, and are pinned to, its own (`worker.lifeline`).
     pinned = {
         rank_env.CPU_SLOTS: ",".join(reserved),
-        CPU_AFFINITY_ENV: ",".join(str(c) for c in slot_cores(reserved)),
+        rank_env.CPU_AFFINITY: ",".join(str(c) for c in slot_cores(reserved)),
     }
     return replace(plan, env={**plan.env, **pinned})
