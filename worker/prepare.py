@@ -134,10 +134,7 @@ def prepare_work_dir(spec: JobSpec, paths: RunPaths, code_store: Path) -> None:
         prepare_code(code_store, spec.code.code_id, paths.work_dir, spec.code.entrypoint)
     else:
         make_work_dir(paths.work_dir, None, None)
-    for earlier in sorted(
-        paths.checkpoint_dir.parent.parent.glob("attempt-*/checkpoints"),
-        key=lambda found: (len(found.parent.name), found.parent.name),  # attempt-2 before -10
-    ):
+    for earlier in paths.layout.attempts_checkpoints(paths.job_id):
         if earlier != paths.checkpoint_dir:
             carried_state.keep(paths, earlier)  # a multi-node attempt's, kept with the job
             shutil.rmtree(earlier, ignore_errors=True)
