@@ -1,18 +1,21 @@
 """The scripts the worker runs by path, isolated (`python -I`: `rank_main.py`, the
 `rank_group.py` and `rank_child.py` it loads, `lifeline.py`, and `jobs/capture`), import nothing
 of Launchbay, so they keep their own copies of the contract's names and records: these tests
-hold each copy equal to `jobs.contract`, so a change on either side fails here."""
+hold each copy equal to `jobs.contract` (the group record, to what the worker reads), so a
+change on either side fails here."""
 
 import ast
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from jobs.contract import env as contract_env
 from jobs.contract import rank_files
 from worker import lifeline, rank_group, rank_main
+from worker.outcome_warnings import read_group_records
 
 ROOT = Path(__file__).resolve().parents[3]
 STANDALONE = [
@@ -82,3 +85,23 @@ def test_the_finished_record_rank_main_writes_is_the_contracts(
     rank_main.finish(tmp_path, "5")
     assert rank_files.FINISHED.path(tmp_path, 5).read_text() == rank_files.finished_text(4)
     assert rank_files.read_finished(tmp_path, 5) == 4
+
+
+def test_the_group_record_rank_group_writes_is_what_the_worker_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c10d = SimpleNamespace(
+        is_initialized=lambda: True,
+        get_rank=lambda: 1,
+        get_world_size=lambda: 2,
+        get_backend=lambda: "gloo",
+    )  # no group map: its collectives count 0
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "3")
+    monkeypatch.setattr(rank_group._watch, "log_dir", tmp_path)
+    monkeypatch.setattr(rank_group._watch, "file_rank", None)
+    monkeypatch.setattr(rank_group._watch, "redirect", None)
+    monkeypatch.setattr(rank_group._watch, "done", 5)
+    rank_group.write_record(c10d)  # type: ignore[arg-type]
+    assert [p.name for p in tmp_path.iterdir()] == [rank_files.GROUP.name(1)]
+    [(rank, record)] = read_group_records(tmp_path, 3).items()
+    assert (rank, record.rank, record.world_size, record.collectives) == (1, 1, 2, 5)
