@@ -2,11 +2,15 @@
 processes are not dumpable (no other process of its uid reads /proc/<pid>/environ or its
 memory), and its files are closed to other users (docs/security.md)."""
 
+from __future__ import annotations
+
 import ctypes
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from jobs.contract.data_dir import DataLayout
+if TYPE_CHECKING:
+    from jobs.contract.data_dir import DataLayout
 
 PR_SET_DUMPABLE = 4
 
@@ -45,6 +49,10 @@ def tighten(path: Path, mode: int) -> None:
 
 def protect_service_files(data_dir: Path, database_url: str) -> None:
     """The modes that keep a job user out of the service's files (see the module docstring)."""
+    # Imported here: tests/integration/test_hardening.py runs this module alone, as a job user
+    # who can import nothing of Launchbay, for `make_non_dumpable`.
+    from jobs.contract.data_dir import DataLayout
+
     layout = DataLayout(data_dir)
     for directory, mode in service_dir_modes(layout).items():
         directory.mkdir(parents=True, exist_ok=True)
