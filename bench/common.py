@@ -19,6 +19,7 @@ import httpx
 from devstack.procs import SESSION_MARKER, free_port
 from devstack.services import private_redis
 from devstack.stack import Stack
+from worker.launch import RunPaths
 
 MARKER = uuid.uuid4().hex
 # A job's `checkpoint` policy that saves none: the benchmarks time training, not saving.
@@ -182,8 +183,13 @@ def submit_and_wait(
     return start, job
 
 
+def attempt_paths(stack: Stack, job_id: str, attempt: int = 1) -> RunPaths:
+    """Where an attempt of a job the stack ran lives in its data dir."""
+    return RunPaths.for_attempt(stack.data_dir, job_id, attempt)
+
+
 def job_events(stack: Stack, job_id: str, attempt: int = 1) -> list[dict[str, Any]]:
-    return read_events(stack.data_dir / "runs" / job_id / f"attempt-{attempt}" / "events.jsonl")
+    return read_events(attempt_paths(stack, job_id, attempt).events_file)
 
 
 def median(values: list[float]) -> float:

@@ -36,6 +36,7 @@ from worker import outputs
 from worker.checkpoint_keep import KeepPlace, publish_local, snapshot_file
 from worker.checkpoint_upload import Stored
 from worker.checkpoints import CheckpointRegistrar, _Pending
+from worker.launch import RunPaths
 from worker.outputs import DeclaredOutputs
 from worker.prepare import prepare_code
 from worker.workdir import record_baseline
@@ -158,7 +159,7 @@ class _Recorded(CheckpointRegistrar):
             None,  # type: ignore[arg-type]
             AttemptRef("j", 1),
             data_dir=data,
-            checkpoint_dir=data / "runs" / "j" / "attempt-1" / "checkpoints",
+            checkpoint_dir=RunPaths.for_attempt(data, "j", 1).checkpoint_dir,
             policy=CheckpointPolicy(),
             upload_bytes_per_s=bound,
             work_dir=work,
@@ -174,11 +175,10 @@ class _Recorded(CheckpointRegistrar):
 
 def _data_dir(root: Path) -> tuple[Path, Path, Path]:
     data = root / f"data-{uuid.uuid4().hex[:8]}"
-    work = data / "runs" / "j" / "attempt-1" / "work"
-    ckpts = data / "runs" / "j" / "attempt-1" / "checkpoints"
-    for directory in (work, ckpts, data / "checkpoints" / "j"):
+    paths = RunPaths.for_attempt(data, "j", 1)
+    for directory in (paths.work_dir, paths.checkpoint_dir, paths.kept_dir):
         directory.mkdir(parents=True)
-    return data, work, data / "checkpoints" / "j"
+    return data, paths.work_dir, paths.kept_dir
 
 
 def _keep_one(source: Path, kept: Path) -> None:
@@ -201,7 +201,7 @@ def p10b(root: Path) -> list[Result]:
     ways = ("keep", "cp", "hash")
     times: dict[str, list[float]] = {way: [] for way in ways}
     data, _, kept = _data_dir(root)
-    source = data / "runs" / "j" / "attempt-1" / "checkpoints" / "model.pt"
+    source = RunPaths.for_attempt(data, "j", 1).checkpoint_dir / "model.pt"
     _write_random(source, GIB)
     blocks = 0
     for round_ in range(ROUNDS_START):

@@ -36,7 +36,15 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.common import Result, bare_command, median, read_events, recipe_spec, running_stack
+from bench.common import (
+    Result,
+    attempt_paths,
+    bare_command,
+    median,
+    read_events,
+    recipe_spec,
+    running_stack,
+)
 from bench.p1_counts import (
     Totals,
     difference,
@@ -161,7 +169,7 @@ def launchbay_way(stack: Stack, http: httpx.Client) -> Way:
     response = http.post("/v1/jobs", json=spec)
     response.raise_for_status()
     job_id = response.json()["id"]
-    events = stack.data_dir / "runs" / job_id / "attempt-1" / "events.jsonl"
+    events = attempt_paths(stack, job_id).events_file
 
     def stop() -> None:
         http.post(f"/v1/jobs/{job_id}/cancel").raise_for_status()

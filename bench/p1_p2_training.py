@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from bench.common import (
     Result,
+    attempt_paths,
     bare_torchrun,
     first_step_ts,
     job_events,
@@ -36,6 +37,7 @@ from bench.common import (
 from bench.p1_counts import Totals, TrainingWindow, service_pids
 from bench.ray_peer import RayCluster, ray_available
 from devstack.stack import Stack
+from jobs.contract.data_dir import DataLayout
 
 THROUGHPUT_CONFIG: dict[str, Any] = {"epochs": 40, "log_every_steps": 10}
 LONG_CONFIG: dict[str, Any] = {"steps": 3000, "log_every_steps": 50}
@@ -232,9 +234,9 @@ def service_window(stack: Stack, name: str) -> TrainingWindow:
     window of the job called `name`'s steady training."""
 
     def find_events() -> Path | None:
-        found = sorted(
-            stack.data_dir.glob("runs/*/attempt-1/events.jsonl"), key=lambda p: p.stat().st_mtime
-        )
+        jobs = DataLayout(stack.data_dir).runs.glob("*")
+        files = [f for job in jobs if (f := attempt_paths(stack, job.name).events_file).exists()]
+        found = sorted(files, key=lambda p: p.stat().st_mtime)
         return found[-1] if found else None
 
     return TrainingWindow(find_events, lambda: service_pids(stack))

@@ -28,6 +28,7 @@ from bench.common import (
     NO_CHECKPOINTS,
     Result,
     SseParser,
+    attempt_paths,
     job_events,
     median,
     percentile,
@@ -149,7 +150,7 @@ def run_training(
         time.sleep(poll_s)
     if job["state"] != JobState.SUCCEEDED:
         raise RuntimeError(f"P4a job {job_id} ended {job['state']}: {job['message']}")
-    result = json.loads((stack.data_dir / "artifacts" / job_id / "bench_result.json").read_text())
+    result = json.loads((attempt_paths(stack, job_id).output_dir / "bench_result.json").read_text())
     phases = [Phase(p["mode"], p["steps"], p["s"], p["report_s"]) for p in result["phases"]]
     reported = [e for e in job_events(stack, job_id) if e.get("type") == "metric"]
     ts_of_step = {e["step"]: e["ts"] for e in reported}

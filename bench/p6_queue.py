@@ -27,7 +27,15 @@ from rq import Queue
 from rq.job import Job as RQJob
 from rq.job import JobStatus
 
-from bench.common import MARKER, NO_CHECKPOINTS, Result, birth_time, median, running_stack
+from bench.common import (
+    MARKER,
+    NO_CHECKPOINTS,
+    Result,
+    attempt_paths,
+    birth_time,
+    median,
+    running_stack,
+)
 from devstack.procs import SESSION_MARKER, start, stop
 from devstack.stack import Stack
 from jobs.states import JobState
@@ -68,7 +76,7 @@ def launchbay_round(http: httpx.Client, stack: Stack, redis: Redis) -> Launchbay
     response.raise_for_status()
     job_id = response.json()["id"]
     job = stack.wait_for_state(http, job_id, {JobState.SUCCEEDED}, timeout=120, interval=0.1)
-    launcher_log = stack.data_dir / "runs" / job_id / "attempt-1" / "logs" / "launcher.log"
+    launcher_log = attempt_paths(stack, job_id).launcher_log
     rq_job = RQJob.fetch(rq_job_id(job_id, 1), connection=redis)
     assert rq_job.started_at is not None
     return LaunchbayRound(

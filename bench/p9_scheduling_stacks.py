@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import MARKER, birth_time
+from bench.common import MARKER, attempt_paths, birth_time
 from devstack.stack import Stack
 from jobs.states import JobState
 
@@ -60,7 +60,7 @@ def launch_delay(stack: Stack, http: httpx.Client, spec: dict[str, Any]) -> floa
     response.raise_for_status()
     job_id = response.json()["id"]
     stack.wait_for_state(http, job_id, {JobState.SUCCEEDED}, timeout=120, interval=0.05)
-    launcher_log = stack.data_dir / "runs" / job_id / "attempt-1" / "logs" / "launcher.log"
+    launcher_log = attempt_paths(stack, job_id).launcher_log
     return birth_time(launcher_log) - before
 
 

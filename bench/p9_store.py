@@ -143,6 +143,7 @@ def _register(stack_root: Path, database_url: str, store: Any, file: Path) -> tu
     from sqlmodel import Session
 
     from jobs.contract.checkpoints import CheckpointPolicy
+    from jobs.contract.data_dir import DataLayout
     from jobs.spec import JobSpec
     from jobs.states import AttemptRef, JobState
     from service import store as registry
@@ -156,7 +157,7 @@ def _register(stack_root: Path, database_url: str, store: Any, file: Path) -> tu
         job = registry.create_job(session, JobSpec(name="bench-p9", recipe="synthetic"))
         registry.transition_job(session, job.id, JobState.STARTING, attempt=1)
         registry.transition_job(session, job.id, JobState.RUNNING, attempt=1)
-    folder = data_dir / "checkpoints" / job.id
+    folder = DataLayout(data_dir).kept_checkpoints(job.id)
     folder.mkdir(parents=True)
     os.link(file, folder / "big.bin")
     registrar = CheckpointRegistrar(

@@ -66,7 +66,7 @@ def checkpoint_source(
             size, media, name, read=lambda s, e: store.get(key, s, e), key=checkpoint.path
         )
     # Inside the job's own directory: its files are the job user's, who may link anywhere.
-    job_dir = (settings.checkpoints_dir / checkpoint.job_id).resolve()
+    job_dir = settings.layout.kept_checkpoints(checkpoint.job_id).resolve()
     path = (settings.data_dir.resolve() / checkpoint.path).resolve()
     if not path.is_relative_to(job_dir):
         raise _gone(checkpoint)

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from jobs.contract.data_dir import DataLayout
 from jobs.spec import DEVICE_ENV, LAUNCHER_ENV
 from service.slurm.queues import SlurmQueue, check_queue_names
 
@@ -224,23 +225,28 @@ class Settings(BaseSettings):
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
-        return f"sqlite:///{self.data_dir.resolve() / 'launchbay.db'}"
+        return f"sqlite:///{self.layout.database}"
+
+    @property
+    def layout(self) -> DataLayout:
+        """The paths of the data dir (resolved)."""
+        return DataLayout(self.data_dir.resolve())
 
     @property
     def checkpoints_dir(self) -> Path:
-        return self.data_dir.resolve() / "checkpoints"
+        return self.layout.checkpoints
 
     @property
     def runs_dir(self) -> Path:
-        return self.data_dir.resolve() / "runs"
+        return self.layout.runs
 
     @property
     def envs_dir(self) -> Path:
-        return self.data_dir.resolve() / "envs"
+        return self.layout.envs
 
     @property
     def code_dir(self) -> Path:
-        return self.data_dir.resolve() / "code"
+        return self.layout.code
 
     def body_limit_for(self, path: str) -> int:
         """The largest request body `path` accepts: uploads get theirs plus the multipart

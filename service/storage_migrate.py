@@ -17,6 +17,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 from sqlmodel import col, select
 
+from jobs.contract.data_dir import DataLayout
 from service.artifacts import ArtifactStore, ObjectMissing, StoreError, code_key
 from service.artifacts.tree import TreeDigest, TreeRefused, iter_tar, scan_tree
 from service.db import session_scope
@@ -112,7 +113,7 @@ def migrate_to_store(engine: Engine, data_dir: Path, store: ArtifactStore) -> Mi
         media = "application/x-tar" if row.kind == "dir" else None
         _copy(store, row.path, _checkpoint_bytes(data_dir, row), row.sha256, report, media)
     for code_id in code_ids:
-        key, root = code_key(code_id), data_dir / "code" / code_id
+        key, root = code_key(code_id), DataLayout(data_dir).upload(code_id)
         if _in_store(store, key, None):
             report.present += 1
             continue

@@ -316,7 +316,7 @@ def _prepare(
     for name in held_back(os.environ, settings.job_pass_env):
         log.warning("%s holds a password: not passed to job %s", name, ref.job_id)
     if owner is not None:
-        build_cache.restore(paths.data_dir, owner, paths.run_dir / "home")
+        build_cache.restore(paths.data_dir, owner, paths.home_dir)
     job_user = isolate_attempt(
         paths,
         ref.job_id,
@@ -325,6 +325,6 @@ def _prepare(
         prefix=settings.job_user_prefix,
     )
     if job_user is not None:
-        builds = build_cache.env(paths.run_dir / "home", spec.env)
+        builds = build_cache.env(paths.home_dir, spec.env)
         plan = replace(plan, env={**plan.env, **job_user.env(paths), **builds})
     return spec, plan, job_user

@@ -26,6 +26,8 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
+from jobs.contract.data_dir import DataLayout
+
 log = logging.getLogger(__name__)
 
 RELATIVE = Path(".cache") / "torch_extensions"
@@ -36,7 +38,7 @@ DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 def owner_cache(data_dir: Path, owner: str) -> Path:
     key = hashlib.sha256(owner.encode()).hexdigest()[:32]
-    return data_dir / "build-cache" / key / "torch_extensions"
+    return DataLayout(data_dir).owner_build_cache(key) / "torch_extensions"
 
 
 def env(home: Path, spec_env: Mapping[str, str]) -> dict[str, str]:

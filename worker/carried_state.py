@@ -23,7 +23,7 @@ MAX_BYTES = 16 * 1024**2
 
 
 def _job_dir(paths: RunPaths) -> Path:
-    return paths.data_dir / "runs" / paths.job_id
+    return paths.layout.job_runs(paths.job_id)
 
 
 def _read(path: Path) -> bytes | None:

@@ -29,8 +29,6 @@ log = logging.getLogger(__name__)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("pids", "memory")
 PARENT = "launchbay"
-# Set for the launcher: "<count>:<path>", the hierarchies it must be in before it runs anything.
-CGROUP_ENV = "LAUNCHBAY_CGROUP"
 
 
 @dataclass(frozen=True)
@@ -167,8 +165,9 @@ class JobCgroup:
 
     @property
     def launcher_env(self) -> str:
-        """`CGROUP_ENV`'s value, ``<hierarchies>:/launchbay/<name>``: `lifeline.py` waits until
-        that many lines of its /proc/self/cgroup end with that path."""
+        """``LAUNCHBAY_CGROUP``'s value (`jobs.contract.env.CGROUP`),
+        ``<hierarchies>:/launchbay/<name>``: `lifeline.py` waits until that many lines of its
+        /proc/self/cgroup end with that path."""
         return f"{len(self.dirs)}:/{PARENT}/{self.name}"
 
     def add(self, pid: int) -> None:

@@ -44,6 +44,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.contract.checkpoints import CheckpointPolicy
+from jobs.contract.data_dir import DataLayout
 from jobs.states import AttemptRef
 from service.artifacts import ArtifactStore, LocalStore, StoreError, store_for
 from service.artifacts.tree import TreeRefused
@@ -129,7 +130,8 @@ class CheckpointRegistrar:
         self.data_dir = data_dir.resolve()
         self.checkpoint_dir = checkpoint_dir
         self.work_dir = work_dir
-        self.kept_dir = (kept_dir or self.data_dir / "checkpoints" / ref.job_id).resolve()
+        kept_dir = kept_dir or DataLayout(self.data_dir).kept_checkpoints(ref.job_id)
+        self.kept_dir = kept_dir.resolve()
         self.policy = policy
         self.pending: dict[Path, _Pending] = {}
         self.store: ArtifactStore = store or LocalStore(data_dir)

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import select
 
+from jobs.contract.data_dir import DataLayout
 from service.auth import ADMIN_NAME
 from service.db import session_scope
 from service.models import ApiToken, Job
@@ -34,8 +35,7 @@ def tree_bytes(path: Path) -> int:
 def job_disk_bytes(data_dir: Path, job_id: str) -> int:
     """The job's run directories (logs, events, its working directories), its checkpoints and
     its artifacts."""
-    kinds = ("runs", "checkpoints", "artifacts")
-    return sum(tree_bytes(data_dir / kind / job_id) for kind in kinds)
+    return sum(tree_bytes(path) for path in DataLayout(data_dir).job_dirs(job_id))
 
 
 def record_job_disk_use(engine: Engine, job_id: str, data_dir: Path) -> int | None:

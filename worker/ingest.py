@@ -16,7 +16,6 @@ nothing more is read: `superseded` tells the supervisor to stop.
 
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from jobs.contract import rank_files
 from jobs.states import AttemptRef
 from service.db import session_scope
 from service.store import AttemptSuperseded, NewLogLine, NewMetricPoint, append_output
@@ -44,7 +44,6 @@ BATCH_ROWS = 5000  # rows per transaction
 # Seconds from a read that found something to the next read, while no stream watches the job.
 STORE_EVERY_S = 1.0
 MAX_INVALID_REASONS = 5  # invalid events-file lines whose reason the job's user is shown
-_RANK_LOG = re.compile(r"^rank-(\d+)\.log$")
 
 
 def clean_text(raw: bytes) -> str:
@@ -165,10 +164,9 @@ class Ingestor:
         except FileNotFoundError:
             return
         for name in names:
-            match = _RANK_LOG.match(name)
-            if match and int(match.group(1)) not in self.rank_logs:
-                reader = LineReader(self.log_dir / name, self.max_line_bytes)
-                self.rank_logs[int(match.group(1))] = reader
+            rank = rank_files.LOG.rank_of(name)
+            if rank is not None and rank not in self.rank_logs:
+                self.rank_logs[rank] = LineReader(self.log_dir / name, self.max_line_bytes)
 
     def _read(self, final: bool) -> None:
         now = time.time()

@@ -160,7 +160,7 @@ class JobUser:
     def env(self, paths: RunPaths) -> dict[str, str]:
         """What the ranks' environment says of their user."""
         return {
-            "HOME": str(paths.run_dir / "home"),
+            "HOME": str(paths.home_dir),
             "TMPDIR": str(paths.run_dir / "tmp"),
             "USER": self.name,
             "LOGNAME": self.name,

@@ -38,8 +38,8 @@ def give_directories(paths: RunPaths, uid: int, gid: int) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         os.chown(directory, 0, group)
         _tighten(directory, 0o711)
-    for sub in ("home", "logs", *SCRATCH):
-        (paths.run_dir / sub).mkdir(exist_ok=True)
+    for directory in (paths.home_dir, paths.log_dir, *_scratch_dirs(paths)):
+        directory.mkdir(exist_ok=True)
     paths.log_dir.mkdir(parents=True, exist_ok=True)
     paths.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     os.close(os.open(paths.events_file, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))

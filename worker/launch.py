@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.contract import env as rank_env
+from jobs.contract import rank_files
+from jobs.contract.data_dir import DataLayout
 from jobs.spec import DEVICE_ENV, JobSpec
 from jobs.startup_env import is_startup_env
 from worker.passed_env import passed_env
@@ -49,15 +51,15 @@ MIN_COLLECTIVE_TIMEOUT_S = 30
 
 @dataclass(frozen=True)
 class RunPaths:
-    """Where one attempt lives on disk.
+    """Where one attempt lives on disk, in the data dir's layout (`jobs.contract.data_dir`).
 
-    ``runs/<job>/attempt-<n>/`` (``.../node-<k>/`` per node of a multi-node job) holds the
-    events file, ``logs/`` (one file per rank, the launcher's own output, error records) and
-    ``work/``, the ranks' working directory (`worker.workdir`); ``runs/<job>/attempt-<n>/
-    checkpoints/``, shared by the nodes, is where the ranks write checkpoints
-    (``LAUNCHBAY_CHECKPOINT_DIR``). What Launchbay registers is kept apart, in
-    ``checkpoints/<job>/`` (`kept_dir`), which no job writes; the job's artifacts are in
-    ``artifacts/<job>/`` (`output_dir`). Both are shared by every attempt.
+    Its run directory, ``runs/<job>/attempt-<n>/`` (``.../node-<k>/`` per node of a multi-node
+    job), holds the events file, ``logs/`` (one file per rank, the launcher's own output, error
+    records: `jobs.contract.rank_files`) and ``work/``, the ranks' working directory
+    (`worker.workdir`); ``runs/<job>/attempt-<n>/checkpoints/``, shared by the nodes, is where
+    the ranks write checkpoints (``LAUNCHBAY_CHECKPOINT_DIR``). What Launchbay registers is kept
+    apart, in ``checkpoints/<job>/`` (`kept_dir`), which no job writes; the job's artifacts are
+    in ``artifacts/<job>/`` (`output_dir`). Both are shared by every attempt.
     """
 
     data_dir: Path
@@ -73,16 +75,20 @@ class RunPaths:
     ) -> "RunPaths":
         """The attempt's paths; for node `node` of a multi-node job, its own run directory
         ``attempt-<n>/node-<k>/`` (several nodes may share the data dir, even one machine)."""
-        attempt_dir = data_dir / "runs" / job_id / f"attempt-{attempt}"
-        run_dir = attempt_dir if node is None else attempt_dir / f"node-{node}"
+        layout = DataLayout(data_dir)
+        run_dir = layout.run_dir(job_id, attempt, node)
         return cls(
             data_dir=data_dir,
             run_dir=run_dir,
             events_file=run_dir / "events.jsonl",
-            checkpoint_dir=attempt_dir / "checkpoints",
+            checkpoint_dir=layout.attempt_checkpoints(job_id, attempt),
             log_dir=run_dir / "logs",
             job_id=job_id,
         )
+
+    @property
+    def layout(self) -> DataLayout:
+        return DataLayout(self.data_dir)
 
     @property
     def work_dir(self) -> Path:
@@ -92,12 +98,12 @@ class RunPaths:
     @property
     def kept_dir(self) -> Path:
         """The checkpoints Launchbay registered, its own copies (`worker.checkpoints`)."""
-        return self.data_dir / "checkpoints" / self.job_id
+        return self.layout.kept_checkpoints(self.job_id)
 
     @property
     def output_dir(self) -> Path:
         """`LAUNCHBAY_OUTPUT_DIR`: the job's artifacts, shared by its attempts, kept after it."""
-        return self.data_dir / "artifacts" / self.job_id
+        return self.layout.job_artifacts(self.job_id)
 
     @property
     def home_dir(self) -> Path:
@@ -116,7 +122,7 @@ class RunPaths:
         return self.run_dir / "pids.json"
 
     def rank_log(self, rank: int) -> Path:
-        return self.log_dir / f"rank-{rank}.log"
+        return rank_files.LOG.path(self.log_dir, rank)
 
 
 @dataclass(frozen=True)

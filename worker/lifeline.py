@@ -21,11 +21,12 @@ import sys
 import time
 
 PR_SET_PDEATHSIG = 1
+# Copies of `jobs.contract.env`'s names (this script imports nothing of Launchbay); a unit test
+# holds them equal (tests/unit/worker/test_standalone_copies.py).
 LAUNCHER_PID_ENV = "LAUNCHBAY_LAUNCHER_PID"
 CGROUP_ENV = "LAUNCHBAY_CGROUP"
-CGROUP_WAIT_S = 30.0
-# Cores to pin the command to (`0,1`), when its devices are CPU slots (`worker.devices`).
 CPU_AFFINITY_ENV = "LAUNCHBAY_CPU_AFFINITY"
+CGROUP_WAIT_S = 30.0
 USAGE = "usage: lifeline.py PARENT_PID SIGNAL -- COMMAND [ARGS...]"
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import psutil
 
 from jobs.contract import env as rank_env
+from jobs.contract.data_dir import DataLayout
 from worker.cgroups import JobCgroup, cgroup_name
 from worker.isolation import can_switch_users
 from worker.job_dirs import take_back_directories
@@ -52,7 +53,7 @@ class SupervisorNote:
 
 
 def notes_dir(data_dir: Path) -> Path:
-    return data_dir / "supervisors" / socket.gethostname()
+    return DataLayout(data_dir).supervisor_notes(socket.gethostname())
 
 
 def note_path(data_dir: Path, job_id: str, attempt: int, node: int | None = None) -> Path:

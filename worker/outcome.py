@@ -9,13 +9,14 @@ because it is mostly a symptom: NCCL's watchdog aborts a rank whose collective w
 for a peer that failed, and gloo's threads sometimes abort at exit after the error was recorded.
 """
 
-import json
 import os
 import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.contract import rank_files
+from jobs.contract.rank_files import ErrorRecord, read_error_records
 from jobs.states import ExitReason, JobState
 from worker.launch import RunPaths
 
@@ -65,15 +66,6 @@ class RankFailure:
     exit_code: int
 
 
-@dataclass(frozen=True)
-class ErrorRecord:
-    rank: int
-    exit_code: int
-    error: str
-    traceback: str
-    ts: float
-
-
 def read_tail(path: Path, max_bytes: int = 256 * 1024) -> str:
     """The end of a text file ('' when there is none)."""
     try:
@@ -100,28 +92,6 @@ def parse_torchrun_failures(text: str) -> tuple[RankFailure | None, list[RankFai
     roots = [RankFailure(int(r), int(c)) for r, c in _FAILURE.findall(text, at)]
     root = roots[0] if roots else None
     return root, ([root] if root else []) + others
-
-
-def read_error_records(log_dir: Path, restart: int) -> dict[int, ErrorRecord]:
-    """What `rank_main.py` recorded about uncaught errors in the given elastic restart."""
-    records = {}
-    for file in log_dir.glob("rank-*.error.json"):
-        try:
-            with open(os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as raw:
-                data = json.loads(raw.read(1 << 20))
-            if int(data.get("restart", 0)) != restart:
-                continue
-            record = ErrorRecord(
-                rank=int(data["rank"]),
-                exit_code=int(data.get("exit_code", 1)),
-                error=str(data.get("error", "")),
-                traceback=str(data.get("traceback", "")),
-                ts=float(data.get("ts", 0.0)),
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        records[record.rank] = record
-    return records
 
 
 def is_oom_error(text: str) -> bool:
@@ -158,7 +128,6 @@ def _clip(message: str) -> str:
     return message[:200] + "\n...\n" + message[-(MAX_MESSAGE_CHARS - 210) :]
 
 
-_RANK_LOG = re.compile(r"^rank-(\d+)\.log$")
 ABORTS = (-signal.SIGABRT, 128 + signal.SIGABRT)
 # How torchrun ends the ranks still alive once one has failed.
 STOPPED_BY_LAUNCHER = (-signal.SIGTERM, 128 + signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGKILL)
@@ -183,17 +152,16 @@ def aborted_after_finishing(launcher_text: str, log_dir: Path, restart: int) -> 
     if not codes & set(ABORTS) or not codes <= {*ABORTS, *STOPPED_BY_LAUNCHER}:
         return False
     try:
-        ranks = {int(m.group(1)) for n in os.listdir(log_dir) if (m := _RANK_LOG.match(n))}
+        ranks = rank_files.LOG.ranks_in(os.listdir(log_dir))
     except OSError:
         return False
     if not ranks:
         return False
     for rank in ranks:
         try:
-            data = json.loads((log_dir / f"rank-{rank}.finished").read_text())
+            if rank_files.read_finished(log_dir, rank) != restart:
+                return False
         except (OSError, ValueError):
-            return False
-        if int(data.get("restart", 0)) != restart:
             return False
     return True
 

@@ -19,7 +19,6 @@ A program that lies about every one of its ranks is not caught (see docs/trainin
 import difflib
 import json
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from jobs.contract import rank_files
 from jobs.contract.checkpoints import CheckpointPolicy
 from jobs.spec import JobSpec
 from service.db import session_scope
@@ -40,8 +40,6 @@ from worker.outcome import read_tail
 MAX_WARNING_CHARS = 500
 MAX_QUOTED_CHARS = 160
 MAX_NAMES_LISTED = 5
-_RANK_LOG = re.compile(r"^rank-(\d+)\.log$")
-_RECORD = re.compile(r"^rank-(\d+)\.group$")
 # Lines of a rank's log that Launchbay wrote, not the program.
 OWN_LINE_PREFIXES = ("[launchbay]", "[environment]")
 HELP = "docs/training-scripts.md#one-process-group"
@@ -76,7 +74,7 @@ def clip(warning: str) -> str:
 def rank_logs(log_dir: Path) -> list[int]:
     """The ranks that ran in this attempt on this node (each has its log file)."""
     try:
-        return sorted(int(m.group(1)) for n in os.listdir(log_dir) if (m := _RANK_LOG.match(n)))
+        return sorted(rank_files.LOG.ranks_in(os.listdir(log_dir)))
     except OSError:
         return []
 
@@ -89,8 +87,8 @@ def read_group_records(log_dir: Path, restart: int) -> dict[int, GroupRecord]:
     except OSError:
         return records
     for name in names:
-        match = _RECORD.match(name)
-        if match is None:
+        file_rank = rank_files.GROUP.rank_of(name)
+        if file_rank is None:
             continue
         try:
             fd = os.open(log_dir / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -106,7 +104,7 @@ def read_group_records(log_dir: Path, restart: int) -> dict[int, GroupRecord]:
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if record.restart == restart:
-            records[int(match.group(1))] = record
+            records[file_rank] = record
     return records
 
 

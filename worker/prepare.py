@@ -40,7 +40,6 @@ from worker.launch import (
     RunPaths,
     build_launch,
 )
-from worker.lifeline import CPU_AFFINITY_ENV
 from worker.workdir import make_work_dir, restore_checkpoint
 
 
@@ -135,10 +134,7 @@ def prepare_work_dir(spec: JobSpec, paths: RunPaths, code_store: Path) -> None:
         prepare_code(code_store, spec.code.code_id, paths.work_dir, spec.code.entrypoint)
     else:
         make_work_dir(paths.work_dir, None, None)
-    for earlier in sorted(
-        paths.checkpoint_dir.parent.parent.glob("attempt-*/checkpoints"),
-        key=lambda found: (len(found.parent.name), found.parent.name),  # attempt-2 before -10
-    ):
+    for earlier in paths.layout.attempts_checkpoints(paths.job_id):
         if earlier != paths.checkpoint_dir:
             carried_state.keep(paths, earlier)  # a multi-node attempt's, kept with the job
             shutil.rmtree(earlier, ignore_errors=True)
@@ -215,6 +211,6 @@ def prepare_attempt(
     # CPU slots: the job's processes see, and are pinned to, its own (`worker.lifeline`).
     pinned = {
         rank_env.CPU_SLOTS: ",".join(reserved),
-        CPU_AFFINITY_ENV: ",".join(str(c) for c in slot_cores(reserved)),
+        rank_env.CPU_AFFINITY: ",".join(str(c) for c in slot_cores(reserved)),
     }
     return replace(plan, env={**plan.env, **pinned})

@@ -76,13 +76,14 @@ def run_child(state: dict[str, Any]) -> Any:
     group it forms noted, then the target."""
     log_dir = Path(state["_launchbay_log_dir"])
     rank: int | None = state["_launchbay_rank"]
-    redirect = load_sibling("rank_main").redirect_output
+    rank_main = load_sibling("rank_main")
+    redirect, log_name = rank_main.redirect_output, rank_main.RANK_LOG
     group = load_sibling("rank_group")
     if rank is not None:
-        redirect(log_dir / f"rank-{rank}.log")
+        redirect(log_dir / log_name.format(rank))
         group.watch(log_dir, rank)
     else:
-        group.watch(log_dir, None, lambda found: redirect(log_dir / f"rank-{found}.log"))
+        group.watch(log_dir, None, lambda found: redirect(log_dir / log_name.format(found)))
     target = state["_launchbay_target"]
     result = target(*state["_launchbay_args"], **state["_launchbay_kwargs"])
     group.note_end()

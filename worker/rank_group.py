@@ -30,6 +30,8 @@ from types import ModuleType
 from typing import Any
 
 MODULE = "torch.distributed.distributed_c10d"
+# A copy of `jobs.contract.rank_files.GROUP`'s name (this file imports nothing of Launchbay); a
+# unit test holds them equal (tests/unit/worker/test_standalone_copies.py).
 RECORD = "rank-{}.group"
 # Set on our wrappers, so a module seen twice is wrapped once.
 MARK = "__launchbay_group_watch__"

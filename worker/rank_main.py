@@ -57,8 +57,14 @@ USAGE = (
 )
 SPELLINGS = {"dash": "--local-rank", "underscore": "--local_rank"}
 PR_SET_PDEATHSIG = 1
+# Copies of the contract's names (`jobs.contract.env`, `jobs.contract.rank_files`): this file
+# imports nothing of Launchbay; a unit test holds them equal
+# (tests/unit/worker/test_standalone_copies.py), the error record's fields included.
 LAUNCHER_PID_ENV = "LAUNCHBAY_LAUNCHER_PID"
 CAPTURE_ENV = "LAUNCHBAY_CAPTURE"
+RANK_LOG = "rank-{}.log"
+RANK_ERROR = "rank-{}.error.json"
+RANK_FINISHED = "rank-{}.finished"
 CAPTURE_PACKAGE = Path(__file__).resolve().parents[1] / "jobs" / "capture"
 # After a failed program, the most its last TensorBoard scalars may hold the rank up.
 CAPTURE_AFTER_ERROR_S = 10.0
@@ -168,7 +174,7 @@ def record_error(log_dir: Path, rank: str, summary: str, text: str, exit_code: i
         "ts": now,
     }
     try:
-        target = log_dir / f"rank-{rank}.error.json"
+        target = log_dir / RANK_ERROR.format(rank)
         temp = target.with_name(f".{target.name}.tmp")
         temp.write_text(json.dumps(record))
         os.replace(temp, target)
@@ -192,7 +198,7 @@ def finish(log_dir: Path, rank: str) -> None:
     raises."""
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
     try:
-        (log_dir / f"rank-{rank}.finished").write_text(json.dumps({"restart": restart}))
+        (log_dir / RANK_FINISHED.format(rank)).write_text(json.dumps({"restart": restart}))
     except OSError:
         pass
     dist = sys.modules.get("torch.distributed")  # imported by the program, if at all
@@ -291,7 +297,7 @@ def main() -> None:
     die_with_launcher()
     log_dir, local_rank_arg, kind, target, args = parse_argv(sys.argv[1:])
     rank = os.environ.get("RANK", "0") or "0"
-    redirect_output(log_dir / f"rank-{rank}.log")
+    redirect_output(log_dir / RANK_LOG.format(rank))
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     if restart not in ("", "0"):
         print(f"[launchbay] rank {rank} started again (elastic restart {restart})", file=sys.stderr)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
+from jobs.contract import rank_files
 from jobs.states import AttemptRef
 from service.db import session_scope
 from service.store import NewRankStack, record_stacks
@@ -150,7 +151,7 @@ def capture_stacks(pids: list[int], log_dir: Path) -> list[RankStackDump]:
             size = recorder[rank].stat().st_size
             stack += f"\nNCCL flight recorder dump: {recorder[rank]} ({size} bytes)\n"
         try:
-            last_output: float | None = (log_dir / f"rank-{rank}.log").stat().st_mtime
+            last_output: float | None = rank_files.LOG.path(log_dir, rank).stat().st_mtime
         except OSError:
             last_output = None
         dumps.append(RankStackDump(rank, pid, stack, in_collective(stack), last_output))

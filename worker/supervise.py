@@ -31,7 +31,8 @@ from pathlib import Path
 
 import psutil
 
-from worker.cgroups import CGROUP_ENV, JobCgroup
+from jobs.contract import env as rank_env
+from worker.cgroups import JobCgroup
 from worker.launch import LaunchPlan
 from worker.scratch import PrivateScratch
 
@@ -258,7 +259,7 @@ def start_launcher(
     its private `scratch` when given (`worker.scratch`, which gets the environment through a
     pipe and becomes the user itself)."""
     output.parent.mkdir(parents=True, exist_ok=True)
-    env = plan.env if cgroup is None else {**plan.env, CGROUP_ENV: cgroup.launcher_env}
+    env = plan.env if cgroup is None else {**plan.env, rank_env.CGROUP: cgroup.launcher_env}
     argv, env_pipe = with_lifeline(plan.argv), None
     if scratch is not None and user is not None:
         env_pipe = os.pipe()

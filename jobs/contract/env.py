@@ -1,5 +1,7 @@
 """The environment variable names the worker sets for every rank (README, "Inside the ranks";
-docs/training-scripts.md). `worker.launch` sets them, `jobs.runtime.env` reads them."""
+docs/training-scripts.md). `worker.launch` sets them, `jobs.runtime.env` reads them. Below them,
+those between the supervisor, the launcher and the rank entry (`worker/lifeline.py`,
+`worker/rank_main.py`, which keep copies of their own: they import nothing of Launchbay)."""
 
 JOB_ID = "LAUNCHBAY_JOB_ID"
 ATTEMPT = "LAUNCHBAY_ATTEMPT"
@@ -25,3 +27,13 @@ CPU_SLOTS = "LAUNCHBAY_CPU_SLOTS"
 CAPTURE = "LAUNCHBAY_CAPTURE"
 # How many TensorBoard scalars capture may add to the job's metrics (the worker's setting).
 TENSORBOARD_MAX_POINTS = "LAUNCHBAY_TENSORBOARD_MAX_POINTS"
+
+# Set by the supervisor for the launcher: "<count>:<path>", the cgroup hierarchies it must be in
+# before it runs anything (`worker.cgroups`; `worker/lifeline.py` waits, then drops it).
+CGROUP = "LAUNCHBAY_CGROUP"
+# Set by the supervisor for the launcher: the cores to pin it to (`0,1`), when its devices are CPU
+# slots (`worker.devices`); `worker/lifeline.py` pins them, then drops it.
+CPU_AFFINITY = "LAUNCHBAY_CPU_AFFINITY"
+# Set by `worker/lifeline.py` for the ranks: the launcher's PID, which `worker/rank_main.py` dies
+# with.
+LAUNCHER_PID = "LAUNCHBAY_LAUNCHER_PID"

@@ -1,6 +1,7 @@
 """The events file's lines (README, "Inside the ranks"): the one protocol between training code
-and Launchbay. The writer's builders (`metric_line`, `checkpoint_line`, used by
-`jobs.runtime`) and the parser (`parse_event_line`, used by the worker) sit side by side.
+and Launchbay. The writer's builders (`metric_line`, `checkpoint_line`, used by `jobs.runtime`
+and `jobs.integrations`) and the parser (`parse_event_line`, used by the worker) sit side by
+side.
 
 One JSON object per line, appended by rank 0:
 
@@ -40,9 +41,10 @@ def metric_line(
 
 
 def checkpoint_line(
-    path: str, step: int, epoch: int, metrics: Mapping[str, float]
+    path: str, step: int | None, epoch: int | None, metrics: Mapping[str, float]
 ) -> dict[str, Any]:
-    """A `checkpoint` line: `path` relative to the checkpoint directory, the file complete."""
+    """A `checkpoint` line: `path` relative to the checkpoint directory, the file complete
+    (`step` and `epoch` None where a framework's checkpoint does not say them)."""
     return {"type": CHECKPOINT, "path": path, "step": step, "epoch": epoch, "metrics": metrics}
 
 

@@ -4,6 +4,7 @@ every integration (and capture, `jobs.integrations.attach`) shares it."""
 import math
 from typing import Any
 
+from jobs.contract.events import metric_line
 from jobs.runtime.events import clean_metrics, write_event
 
 
@@ -26,4 +27,4 @@ def report_values(step: int, values: dict[str, Any]) -> bool:
     metrics = clean_metrics(rest)
     if not metrics:
         return False
-    return write_event({"type": "metric", "step": step, "epoch": epoch, "metrics": metrics})
+    return write_event(metric_line(step, epoch, metrics))

@@ -1,20 +1,21 @@
 """A rank's error record, written by the SDK before it leaves a failed process group.
 
-`worker/rank_main.py` writes ``<log dir>/rank-<RANK>.error.json`` for an uncaught exception
-once the program has unwound. On the error path of ``distributed()`` the SDK writes the same
-record first, before it aborts the process group: should the abort itself hang or kill the
-rank (NCCL with a collective pending), the worker still finds which rank failed, with what,
-and when. rank_main's own record, if the rank lives on, replaces it with the same error.
+`worker/rank_main.py` writes ``<log dir>/rank-<RANK>.error.json`` (`jobs.contract.rank_files`)
+for an uncaught exception once the program has unwound. On the error path of
+``distributed()`` the SDK writes the same record first, before it aborts the process group:
+should the abort itself hang or kill the rank (NCCL with a collective pending), the worker
+still finds which rank failed, with what, and when. rank_main's own record, if the rank lives
+on, replaces it with the same error.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 import traceback
 
+from jobs.contract.rank_files import ErrorRecord, write_error_record, write_finished
 from jobs.runtime import env
 
 
@@ -41,21 +42,18 @@ def record_rank_error(exc: BaseException) -> None:
     directory = env.log_dir()
     if directory is None:
         return
-    record = {
-        "rank": int(rank) if rank.isdigit() else 0,
-        "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0),
-        "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
-        "pid": os.getpid(),
-        "exit_code": 1,
-        "error": summary,
-        "traceback": text,
-        "ts": time.time(),
-    }
+    record = ErrorRecord(
+        rank=int(rank) if rank.isdigit() else 0,
+        local_rank=int(os.environ.get("LOCAL_RANK", "0") or 0),
+        restart=_restart(),
+        pid=os.getpid(),
+        exit_code=1,
+        error=summary,
+        traceback=text,
+        ts=time.time(),
+    )
     try:
-        target = directory / f"rank-{rank}.error.json"
-        temp = target.with_name(f".{target.name}.sdk.tmp")
-        temp.write_text(json.dumps(record))
-        os.replace(temp, target)
+        write_error_record(directory, record, writer="sdk")
     except OSError:
         pass
 
@@ -67,9 +65,12 @@ def record_rank_finished() -> None:
     directory = env.log_dir()
     if directory is None:
         return
-    rank = os.environ.get("RANK", "0") or "0"
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
     try:
-        (directory / f"rank-{rank}.finished").write_text(json.dumps({"restart": restart}))
+        write_finished(directory, os.environ.get("RANK", "0") or "0", _restart())
     except OSError:
         pass
+
+
+def _restart() -> int:
+    """The elastic restart this rank runs in."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)

@@ -6,6 +6,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+from jobs.contract.data_dir import CHECKPOINTS, CODE
 from service.artifacts.base import ArtifactStore, ObjectMissing, StoredObject, StoreError
 from service.artifacts.local import LocalStore
 from service.settings import Settings
@@ -25,12 +26,12 @@ __all__ = [
 
 def code_key(code_id: str) -> str:
     """The store's object of an upload: its unpacked files as a canonical tar (tree.py)."""
-    return f"code/{code_id}.tar"
+    return f"{CODE}/{code_id}.tar"
 
 
 def checkpoints_prefix(job_id: str) -> str:
     """Where a job's checkpoints are, as in the data dir (`checkpoints/<job>/<path>`)."""
-    return f"checkpoints/{job_id}"
+    return f"{CHECKPOINTS}/{job_id}"
 
 
 def open_store(settings: Settings) -> ArtifactStore:

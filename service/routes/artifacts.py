@@ -19,6 +19,7 @@ from fastapi import APIRouter, Header
 from pydantic import BaseModel
 from starlette.responses import FileResponse
 
+from jobs.contract.data_dir import DataLayout
 from service.deps import OwnedJob, SettingsDep
 from service.errors import NotFound
 from service.routes.checkpoints import CheckpointFile, check_range
@@ -39,7 +40,7 @@ class ArtifactsPublic(BaseModel):
 
 
 def artifacts_dir(data_dir: Path, job_id: str) -> Path:
-    return data_dir.resolve() / "artifacts" / job_id
+    return DataLayout(data_dir.resolve()).job_artifacts(job_id)
 
 
 def is_artifact(path: Path) -> bool:

@@ -221,12 +221,8 @@ def delete_job(job: OwnedJob, session: SessionDep, settings: SettingsDep) -> Res
             detail={"state": job.state},
         )
     store.delete_job_rows(session, job.id)
-    for folder in (
-        settings.checkpoints_dir,
-        settings.runs_dir,
-        settings.data_dir.resolve() / "artifacts",
-    ):
-        shutil.rmtree(folder / job.id, ignore_errors=True)
+    for folder in settings.layout.job_dirs(job.id):
+        shutil.rmtree(folder, ignore_errors=True)
     drop_job_checkpoints(store_for(settings), job.id)
     log.info("job %s deleted", job.id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

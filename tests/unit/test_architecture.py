@@ -210,8 +210,9 @@ def test_distributed_does_not_import_the_events_module() -> None:
 
 def test_the_contracts_and_the_service_load_without_torch() -> None:
     imports = (
-        "jobs.contract.checkpoints, jobs.contract.env, jobs.contract.events, jobs.spec, "
-        "jobs.states, service.app, service.reaper"
+        "jobs.contract.checkpoints, jobs.contract.env, jobs.contract.events, "
+        "jobs.contract.rank_files, jobs.contract.data_dir, jobs.spec, jobs.states, service.app, "
+        "service.reaper"
     )
     assert loaded_by(imports, ("torch",)) == []
 

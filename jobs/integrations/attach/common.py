@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from jobs.contract.events import metric_line
+from jobs.contract.events import checkpoint_line, metric_line
 from jobs.integrations.values import report_values, split_epoch
 from jobs.runtime import env
 from jobs.runtime.distributed import barrier, get_rank
@@ -191,8 +191,7 @@ def register_checkpoint(
             capture.note(f"checkpoint {source} not kept: {exc}")
         return None
     metrics = dict(list(latest.items())[-MAX_CHECKPOINT_METRICS:])
-    event = {"type": "checkpoint", "path": relative, "step": step, "epoch": epoch}
-    write_event({**event, "metrics": metrics})
+    write_event(checkpoint_line(relative, step, epoch, metrics))
     return relative
 
 
