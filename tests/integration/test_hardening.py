@@ -12,7 +12,7 @@ from service import hardening
 from service.hardening import harden_service
 from service.settings import Settings
 from tests.support.isolation import python_for_job_users, reachable_by_job_users
-from worker.isolation import ensure_job_user
+from worker.isolation import lease_job_user
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another uid")
 
@@ -66,12 +66,21 @@ def read_as_same_uid(uid: int, gid: int, mode: str, code: Path) -> str:
 
 
 def test_a_non_dumpable_process_hides_its_environment_from_its_own_uid(tmp_path: Path) -> None:
-    uid, gid = ensure_job_user(f"{Settings().job_user_prefix}0")  # the session's pool
-    code = reachable_by_job_users(tmp_path / "code")
-    shutil.copy(hardening.__file__, code / "hardening.py")
-    os.chmod(code / "hardening.py", 0o644)
-    assert read_as_same_uid(uid, gid, "plain", code) == "read"  # this test can fail
-    assert read_as_same_uid(uid, gid, "hardened", code) == "PermissionError"
+    # A user of the session's pool, leased as a job would: a job's worker in the other test
+    # process sweeps the processes of a user it held when it gives it back.
+    settings = Settings()
+    user = lease_job_user(
+        settings.job_user_lease_dir, settings.job_users, "test-hardening", settings.job_user_prefix
+    )
+    assert user is not None, "the session's pool of job users is exhausted"
+    try:
+        code = reachable_by_job_users(tmp_path / "code")
+        shutil.copy(hardening.__file__, code / "hardening.py")
+        os.chmod(code / "hardening.py", 0o644)
+        assert read_as_same_uid(user.uid, user.gid, "plain", code) == "read"  # can fail
+        assert read_as_same_uid(user.uid, user.gid, "hardened", code) == "PermissionError"
+    finally:
+        user.release()
 
 
 def test_the_database_file_is_the_services_alone(tmp_path: Path) -> None:
