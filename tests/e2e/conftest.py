@@ -14,8 +14,9 @@ from tests.support.stack import Stack
 def _running(root: Path, database_url: str, redis_url: str) -> Iterator[Stack]:
     stack = make_stack(root, database_url, redis_url)
     try:
-        stack.start_api()
+        stack.start_api(wait=False)  # the worker starts meanwhile
         stack.start_worker()
+        stack.wait_for_api()
         yield stack
     finally:
         stack.stop()
@@ -47,9 +48,10 @@ def stack_of_its_own(
         url = database_url or f"sqlite:///{root / 'launchbay.db'}"
         running = make_stack(root / "stack", url, redis.url(), **env)
         try:
-            running.start_api()
+            running.start_api(wait=False)  # the workers start meanwhile
             for queues in workers:
                 running.start_worker(*queues)
+            running.wait_for_api()
             yield running
         finally:
             running.stop()
