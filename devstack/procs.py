@@ -46,20 +46,30 @@ def start(
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
     """SIGTERM the process group, then SIGKILL what is left of it."""
-    if proc.poll() is None:
+    stop_all([proc], timeout)
+
+
+def stop_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float = 20.0) -> None:
+    """`stop` for each of `procs`, SIGTERMed together (once: a second SIGTERM is a forced stop
+    to some, RQ's worker among them): their shutdowns overlap, and what is left of each is
+    SIGKILLed `timeout` seconds after all were asked, not after the one before it."""
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + timeout
+    for proc in procs:
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout)
+            proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait(5)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait(5)
 
 
 def marked_processes(marker: str) -> list[psutil.Process]:

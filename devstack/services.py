@@ -191,11 +191,13 @@ def postgres_server() -> Iterator[str]:
 
 
 @contextmanager
-def postgres_database(server_url: str) -> Iterator[str]:
-    """A fresh, empty database; yields its SQLAlchemy URL and drops it afterwards."""
+def postgres_database(server_url: str, template: str | None = None) -> Iterator[str]:
+    """A fresh database, empty or a copy of the database `template` of the same server (which
+    nobody may be connected to meanwhile); yields its SQLAlchemy URL and drops it afterwards."""
     name = f"launchbay_test_{uuid.uuid4().hex[:12]}"
+    copy = f' TEMPLATE "{template}"' if template else ""
     with psycopg.connect(f"{server_url}/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"{copy}')
     try:
         yield f"{server_url.replace('postgresql://', 'postgresql+psycopg://')}/{name}"
     finally:

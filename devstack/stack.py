@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from devstack.procs import SESSION_MARKER, free_port, start, stop, wait_until
+from devstack.procs import SESSION_MARKER, free_port, start, stop, stop_all, wait_until
 from jobs.states import JobState
 
 LAUNCHBAY = str(Path(sys.executable).parent / "launchbay")
@@ -62,13 +62,19 @@ class Stack:
         env[PASS_ENV] = ",".join(dict.fromkeys([*passed, SESSION_MARKER]))
         return env
 
-    def start_api(self) -> None:
+    def start_api(self, wait: bool = True) -> None:
+        """`launchbay api`, answering once this returns; with `wait` false, only started (then
+        `wait_for_api`), so that workers start while it applies migrations and imports."""
         self.api = start(
             [LAUNCHBAY, "api", "--host", "127.0.0.1", "--port", str(self.port)],
             self.env(),
             self.root / "api.log",
         )
-        if not wait_until(self._healthy, timeout=60):
+        if wait:
+            self.wait_for_api()
+
+    def wait_for_api(self) -> None:
+        if not wait_until(self._healthy, timeout=60, interval=0.05):
             raise RuntimeError(f"launchbay api did not start:\n{self.api_log()}")
 
     def _healthy(self) -> bool:
@@ -110,13 +116,14 @@ class Stack:
         return proc
 
     def stop_workers(self) -> None:
-        for proc in self.workers:
-            stop(proc, timeout=30)
+        stop_all(self.workers, timeout=30)
         self.workers.clear()
 
     def stop(self) -> None:
-        self.stop_workers()
-        self.stop_api()
+        """Every worker and the API, told to stop at once: each waits for none of the others."""
+        stop_all([*self.workers, *([self.api] if self.api is not None else [])], timeout=30)
+        self.workers.clear()
+        self.api = None
 
     def api_log(self) -> str:
         return _tail(self.root / "api.log")

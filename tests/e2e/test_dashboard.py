@@ -1,6 +1,7 @@
 """The web dashboard in a real browser: Debian's chromium, headless, driven by Selenium and
 its chromedriver, against a real stack (api + worker + torchrun). `scripts/install-browser.sh`
-installs the browser; without /usr/bin/chromium these tests skip, and only then."""
+installs the browser; without /usr/bin/chromium these tests skip, and only then. The tests that
+neither restart the API nor add a worker share one stack (`shared_sqlite_stack`)."""
 
 import base64
 import hashlib
@@ -278,24 +279,24 @@ def test_a_synthetic_job_submitted_and_followed_in_the_browser(
 
 
 def test_a_wrong_token_and_api_errors_show_readable_messages(
-    sqlite_stack: Stack, browser: "WebDriver"
+    shared_sqlite_stack: Stack, browser: "WebDriver"
 ) -> None:
     from selenium.webdriver.common.by import By
 
     driver = browser
-    sign_in(driver, sqlite_stack, "lb_not-a-real-token")
+    sign_in(driver, shared_sqlite_stack, "lb_not-a-real-token")
     message = wait("the wrong-token message", lambda: text_of(driver, "#signin-error"))
     assert "not accepted" in message and "token" in message, message
     save_screenshot(driver, "dashboard-wrong-token.png")
 
-    sign_in(driver, sqlite_stack, sqlite_stack.admin_token)
+    sign_in(driver, shared_sqlite_stack, shared_sqlite_stack.admin_token)
     wait("the jobs page", lambda: js(driver, "return !!document.querySelector('#jobs-body')"))
 
-    driver.get(f"{sqlite_stack.url}/#/jobs/no-such-job")
+    driver.get(f"{shared_sqlite_stack.url}/#/jobs/no-such-job")
     panel = wait("the not-found message", lambda: text_of(driver, ".error-panel"))
     assert "404" in panel and "no job 'no-such-job'" in panel, panel
 
-    driver.get(f"{sqlite_stack.url}/#/submit")
+    driver.get(f"{shared_sqlite_stack.url}/#/submit")
     wait("the recipe form", lambda: driver.find_elements(By.ID, "field-config-lr"))
     fill(driver, "field-config-lr", "-1")
     driver.find_element(By.CSS_SELECTOR, "#form-mode [data-action=submit]").click()
@@ -315,10 +316,10 @@ def test_a_wrong_token_and_api_errors_show_readable_messages(
     assert "nprocs" in listed and "line 5" in listed, listed
 
     # The jobs page cancels a job (a queued one here: no worker serves its queue).
-    with sqlite_stack.client() as http:
+    with shared_sqlite_stack.client() as http:
         spec = {"name": "to-cancel", "recipe": "synthetic", "queue": "nobody"}
         job_id = http.post("/v1/jobs", json=spec).json()["id"]
-    driver.get(f"{sqlite_stack.url}/#/jobs")
+    driver.get(f"{shared_sqlite_stack.url}/#/jobs")
     row = f"#jobs-body tr[data-job-id='{job_id}']"
     cancel = wait(
         "the cancel button",
@@ -396,7 +397,9 @@ def readme_sdk_snippet() -> str:
     return match.group(1)
 
 
-def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "WebDriver") -> None:
+def test_runs_compared_and_failures_explained(
+    shared_sqlite_stack: Stack, browser: "WebDriver"
+) -> None:
     """The README's SDK snippet, as written, run twice: the same outcome, two jobs. With a job
     that cannot launch (64 ranks on a worker of 2 slots): the jobs list says why it failed and
     filters; the compare view overlays the two runs' metrics (same specs), and shows the
@@ -405,7 +408,7 @@ def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "Web
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    with sqlite_stack.client() as http:
+    with shared_sqlite_stack.client() as http:
         broken_spec = {"name": "too-wide", "recipe": "synthetic", "nproc_per_node": 64}
         broken = http.post("/v1/jobs", json=broken_spec).json()["id"]
     code = readme_sdk_snippet()
@@ -414,29 +417,31 @@ def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "Web
     for _ in range(2):
         run = subprocess.run(
             [sys.executable, "-c", code],
-            cwd=sqlite_stack.root,
-            env=sqlite_stack.env(),
+            cwd=shared_sqlite_stack.root,
+            env=shared_sqlite_stack.env(),
             capture_output=True,
             text=True,
             timeout=240,
         )
-        assert run.returncode == 0, f"{run.stderr}\n--- workers\n{sqlite_stack.worker_logs()}"
+        assert run.returncode == 0, (
+            f"{run.stderr}\n--- workers\n{shared_sqlite_stack.worker_logs()}"
+        )
         outputs.append(run.stdout)
     assert outputs[0] == outputs[1]  # seeded: the same curve, the same best checkpoint
     lines = outputs[0].splitlines()
     assert "succeeded completed" in lines and lines[-1].startswith("best checkpoint: step ")
     assert any(line.startswith("step ") and " loss " in line for line in lines)
-    with sqlite_stack.client() as http:
+    with shared_sqlite_stack.client() as http:
         runs = [
             job["id"] for job in http.get("/v1/jobs", params={"name": "sdk-demo"}).json()["items"]
         ]
         assert len(runs) == 2  # two snippet runs, two jobs: none replayed
-        failed = sqlite_stack.wait_for_state(http, broken, {"failed"})
+        failed = shared_sqlite_stack.wait_for_state(http, broken, {"failed"})
     assert failed["exit_reason"] == "launch_error" and failed["message"]
 
     check = subprocess.run(
         [sys.executable, "-m", "client.cli", "worker", "--check"],
-        env=sqlite_stack.env(),
+        env=shared_sqlite_stack.env(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -445,7 +450,7 @@ def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "Web
     assert "heart-beat" in check.stdout
 
     driver = browser
-    sign_in(driver, sqlite_stack, sqlite_stack.admin_token)
+    sign_in(driver, shared_sqlite_stack, shared_sqlite_stack.admin_token)
     wait("the jobs page", lambda: js(driver, "return !!document.querySelector('#jobs-body')"))
     row = f"#jobs-body tr[data-job-id='{broken}']"
     outcome = wait("the failed job's reason", lambda: text_of(driver, f"{row} .outcome"))
@@ -478,7 +483,7 @@ def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "Web
     save_screenshot(driver, "dashboard-compare.png")
 
     # Or tick jobs on the list.
-    driver.get(f"{sqlite_stack.url}/#/jobs")
+    driver.get(f"{shared_sqlite_stack.url}/#/jobs")
     for job_id in (runs[0], broken):
         wait(
             "a row",
@@ -501,7 +506,7 @@ def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "Web
     assert ["config.num_samples", "256", "768"] in diff and ["name", "sdk-demo", "too-wide"] in diff
 
     # The failed job: its ranks wrote nothing, and say so; its id does not wrap.
-    driver.get(f"{sqlite_stack.url}/#/jobs/{broken}")
+    driver.get(f"{shared_sqlite_stack.url}/#/jobs/{broken}")
     empty = wait("the empty rank's note", lambda: text_of(driver, "#log-empty"))
     assert empty == "No output: this rank wrote nothing."
     assert js(driver, "return document.querySelector('#log-pane').hidden") is True
@@ -516,7 +521,7 @@ def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "Web
     assert created.endswith(" UTC") and created[:4].isdigit(), created
 
     # The submit form: hints without backticks, and the checkpoint policy.
-    driver.get(f"{sqlite_stack.url}/#/submit")
+    driver.get(f"{shared_sqlite_stack.url}/#/submit")
     wait("the recipe form", lambda: driver.find_elements(By.ID, "field-checkpoint-best_metric"))
     assert "`" not in text_of(driver, "#form-mode")
     fill(driver, "field-queue", "nobody")
@@ -524,12 +529,12 @@ def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "Web
     fill(driver, "field-checkpoint-keep_last", "2")
     Select(driver.find_element(By.ID, "field-checkpoint-best_mode")).select_by_value("min")
     driver.find_element(By.CSS_SELECTOR, "#form-mode [data-action=submit]").click()
-    prefix = f"{sqlite_stack.url}/#/jobs/"
+    prefix = f"{shared_sqlite_stack.url}/#/jobs/"
     wait(
         "the new job's page",
         lambda: driver.current_url.startswith(prefix) and len(driver.current_url) > len(prefix),
     )
-    with sqlite_stack.client() as http:
+    with shared_sqlite_stack.client() as http:
         spec = http.get(f"/v1/jobs/{driver.current_url.removeprefix(prefix)}").json()["spec"]
     assert spec["checkpoint"]["best_metric"] == "val_loss" and spec["checkpoint"]["keep_last"] == 2
 

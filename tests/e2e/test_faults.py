@@ -2,9 +2,11 @@
 mid-job (R1), a rank SIGKILLed (R2), a cancel (R3), Redis and the API restarted (R4), a job
 that hangs or runs too long (R5). Each test prints what it measured (`pytest -s`).
 
-One stack (API, worker, its own Redis) serves R1, R2, R3 and R5, with fast heartbeats and a
-reaper that takes a job for lost after LOST_AFTER_S; R4 restarts Redis and the API, so it has
-a stack of its own.
+One stack (API, two workers, its own Redis) serves R1, R2, R3 and R5, with fast heartbeats and
+a reaper that takes a job for lost after LOST_AFTER_S; R4 restarts Redis and the API, so it has
+a stack of its own. The second worker serves only the queue WAITS: R5's jobs that wait for their
+hang or time limit are submitted to it when the module starts, so that their waits pass while
+the other tests' jobs run on the first.
 """
 
 import json
@@ -33,6 +35,10 @@ FAST_FAULTS = {
     "LAUNCHBAY_REAPER_LOST_AFTER_S": str(LOST_AFTER_S),
 }
 GRACE_S = 3  # LAUNCHBAY_CANCEL_GRACE_S of every Stack
+WAITS = "waits"
+# Long enough for the ranks to start and report on a loaded 2-core machine: ~4-6 s on most
+# days, ~8 s on a slow one (10 s left a job with no metric line).
+TIMEOUT_LIMIT_S = 20
 
 
 def synthetic(name: str, **fields: Any) -> dict[str, Any]:
@@ -42,8 +48,25 @@ def synthetic(name: str, **fields: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with stack_of_its_own(tmp_path_factory.mktemp("faults"), **FAST_FAULTS) as running:
+    workers = [(), (WAITS,)]
+    with stack_of_its_own(tmp_path_factory.mktemp("faults"), workers, **FAST_FAULTS) as running:
         yield running
+
+
+@pytest.fixture(scope="module", autouse=True)
+def waiting_jobs(stack: Stack) -> dict[str, str]:
+    """R5's jobs that wait for a limit, submitted to the WAITS worker as the module starts: the
+    one that makes no progress, then the one that runs too long. Their tests check them."""
+    specs = {
+        "hangs": synthetic("hangs", hang_timeout_s=3, config={"sleep_per_step_s": 60}),
+        "too-long": synthetic(
+            "too-long",
+            timeout_s=TIMEOUT_LIMIT_S,
+            config={"epochs": 100, "sleep_per_step_s": 0.2},
+        ),
+    }
+    with stack.client() as http:
+        return {name: submit(http, {**spec, "queue": WAITS}) for name, spec in specs.items()}
 
 
 @pytest.fixture
@@ -145,7 +168,9 @@ def test_a_killed_worker_s_job_is_retried_and_resumes_from_its_checkpoint(
 
     # SIGKILL the worker: its main process and its work horse (every process of its session;
     # the horse has a process group of its own).
-    [worker] = [w for w in stack.workers if w.poll() is None]
+    records = http.get("/v1/workers").json()["items"]
+    [record] = [w for w in records if (w["current_job"] or {}).get("id") == job_id]
+    [worker] = [w for w in stack.workers if w.pid == record["pid"]]
     worker_procs = [p for p in psutil.process_iter() if _sid(p.pid) == worker.pid]
     for proc in worker_procs:
         proc.send_signal(signal.SIGKILL)
@@ -273,9 +298,10 @@ def test_cancel_leaves_no_process_behind(stack: Stack, http: httpx.Client) -> No
 # R5
 
 
-def test_a_job_that_makes_no_progress_is_a_hang(stack: Stack, http: httpx.Client) -> None:
-    spec = synthetic("hangs", hang_timeout_s=3, config={"sleep_per_step_s": 60})
-    job_id = submit(http, spec)
+def test_a_job_that_makes_no_progress_is_a_hang(
+    stack: Stack, http: httpx.Client, waiting_jobs: dict[str, str]
+) -> None:
+    job_id = waiting_jobs["hangs"]
     job = stack.wait_for_state(http, job_id, {"failed"}, timeout=60)
     assert job["exit_reason"] == "hang", job
     assert job["message"] == "stopped: no new event from rank 0 for hang_timeout_s=3 s"
@@ -285,13 +311,13 @@ def test_a_job_that_makes_no_progress_is_a_hang(stack: Stack, http: httpx.Client
     print(f"\nR5: hang_timeout_s=3: failed (hang) {ran_s:.1f} s after it started")
 
 
-def test_a_job_that_runs_too_long_times_out(stack: Stack, http: httpx.Client) -> None:
-    # Long enough for the ranks to start and report on a loaded 2-core machine: ~4-6 s on most
-    # days, ~8 s on a slow one (10 s left a job with no metric line).
-    limit = 20
-    spec = synthetic("too-long", timeout_s=limit, config={"epochs": 100, "sleep_per_step_s": 0.2})
-    job_id = submit(http, spec)
-    job = stack.wait_for_state(http, job_id, {"failed"}, timeout=60 + limit)
+def test_a_job_that_runs_too_long_times_out(
+    stack: Stack, http: httpx.Client, waiting_jobs: dict[str, str]
+) -> None:
+    limit = TIMEOUT_LIMIT_S
+    job_id = waiting_jobs["too-long"]
+    # It waits behind the hang on the WAITS worker.
+    job = stack.wait_for_state(http, job_id, {"failed"}, timeout=90 + limit)
     assert job["exit_reason"] == "timeout", job
     assert job["message"] == f"stopped after timeout_s={limit} s"
     ran_s = seconds(job, "started_at", "finished_at")

@@ -70,11 +70,11 @@ def log_text(http: httpx.Client, job_id: str, rank: int) -> str:
 
 
 @pytest.mark.parametrize("style", sorted(STYLES))
-def test_each_launch_style_runs_to_success(sqlite_stack: Stack, style: str) -> None:
+def test_each_launch_style_runs_to_success(shared_sqlite_stack: Stack, style: str) -> None:
     case = STYLES[style]
     if style == "accelerate" and importlib.util.find_spec("accelerate") is None:
         pytest.skip("accelerate is not installed")
-    with sqlite_stack.client() as http:
+    with shared_sqlite_stack.client() as http:
         code_id = upload(http, SCRIPTS / case["script"])
         spec = {
             "name": f"{style}-example",
@@ -85,7 +85,7 @@ def test_each_launch_style_runs_to_success(sqlite_stack: Stack, style: str) -> N
         response = http.post("/v1/jobs", json=spec)
         assert response.status_code == 201, response.text
         job_id = response.json()["id"]
-        job = sqlite_stack.wait_for_state(http, job_id, {"succeeded"}, timeout=180)
+        job = shared_sqlite_stack.wait_for_state(http, job_id, {"succeeded"}, timeout=180)
         assert (job["exit_code"], job["exit_reason"]) == (0, "completed")
 
         points = http.get(f"/v1/jobs/{job_id}/metrics", params={"limit": 10_000}).json()["items"]

@@ -3,13 +3,14 @@ torch's c10d rendezvous (docs/multi-node.md), driven and checked over HTTP.
 
 Two workers serve the queue `multi`; the first also serves `solo`, where a 2-node job can never
 find its second node. Heartbeats are fast and the reaper takes a node for lost after
-LOST_AFTER_S, so the faults are seen in seconds.
+LOST_AFTER_S, so the faults are seen in seconds. The stack is on PostgreSQL, so the nodes' joins
+and ends, from two worker processes, meet its row locks (on SQLite, 2-node jobs run in
+tests/e2e/test_scheduling.py and test_dashboard.py).
 """
 
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +19,7 @@ import pytest
 
 from tests.e2e.conftest import stack_of_its_own
 from tests.support.procs import job_processes, wait_until
+from tests.support.services import postgres_database
 from tests.support.stack import Stack
 
 LOST_AFTER_S = 5
@@ -43,9 +45,13 @@ def two_nodes(name: str, queue: str = "multi", **fields: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory, postgres_server_url: str) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("multinode")
     workers = [("multi", "solo"), ("multi",)]
-    with stack_of_its_own(tmp_path_factory.mktemp("multinode"), workers, **SETTINGS) as running:
+    with (
+        postgres_database(postgres_server_url) as url,
+        stack_of_its_own(root, workers, url, **SETTINGS) as running,
+    ):
         yield running
 
 
@@ -130,20 +136,6 @@ def test_two_workers_run_one_job_of_world_size_two(stack: Stack, http: httpx.Cli
     assert node_1 and {line["node"] for line in node_1} == {1}
     assert wait_until(lambda: not job_processes(job_id), timeout=10)
     print(f"\nmulti-node: 2 nodes x 1 rank succeeded in {took_s:.1f} s, {len(points)} points")
-
-
-def test_two_nodes_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
-    """The nodes' joins and ends, from two worker processes, on PostgreSQL's row locks."""
-    workers = [("multi",), ("multi",)]
-    with stack_of_its_own(tmp_path, workers, postgres_url, **SETTINGS) as pg, pg.client() as http:
-        job_id = submit(http, two_nodes("two-nodes-pg", config={"epochs": 1}))
-        job = pg.wait_for_state(http, job_id, {"succeeded"}, timeout=120)
-        assert (job["attempt"], job["exit_reason"]) == (1, "completed")
-        nodes = nodes_of(http, job_id, 1)
-        assert sorted(n["node"] for n in nodes) == [0, 1]
-        assert {n["state"] for n in nodes} == {"succeeded"}
-        assert len({n["worker"] for n in nodes}) == 2
-        assert wait_until(lambda: not job_processes(job_id), timeout=10)
 
 
 def test_a_node_alone_fails_at_the_rendezvous_timeout_and_frees_its_worker(

@@ -1,4 +1,7 @@
-"""POST a job over HTTP; a real worker runs it with real torchrun (gloo, CPU)."""
+"""POST a job over HTTP; a real worker runs it with real torchrun (gloo, CPU).
+
+The demo job runs on PostgreSQL, the others on SQLite: two stacks the module's tests share
+(each test's jobs its own), and one of its own for the test that restarts the API."""
 
 import hashlib
 import json
@@ -50,7 +53,8 @@ def follow_events(
     return events
 
 
-def test_demo_job_runs_to_success_over_http(stack: Stack, tmp_path: Path) -> None:
+def test_demo_job_runs_to_success_over_http(shared_postgres_stack: Stack, tmp_path: Path) -> None:
+    stack = shared_postgres_stack
     with stack.client() as http:
         response = http.post("/v1/jobs", json=DEMO)
         assert response.status_code == 201, response.text
@@ -92,7 +96,8 @@ def test_demo_job_runs_to_success_over_http(stack: Stack, tmp_path: Path) -> Non
     assert job_processes(job_id) == []
 
 
-def test_a_rank_that_raises_fails_the_job_naming_it(stack: Stack) -> None:
+def test_a_rank_that_raises_fails_the_job_naming_it(shared_sqlite_stack: Stack) -> None:
+    stack = shared_sqlite_stack
     spec = {
         "name": "breaks",
         "recipe": "synthetic",
@@ -109,33 +114,33 @@ def test_a_rank_that_raises_fails_the_job_naming_it(stack: Stack) -> None:
     assert wait_until(lambda: job_processes(job_id) == [], timeout=5)
 
 
-def test_metrics_are_visible_while_the_job_runs(sqlite_stack: Stack) -> None:
+def test_metrics_are_visible_while_the_job_runs(shared_sqlite_stack: Stack) -> None:
     spec = {
         "name": "slow",
         "recipe": "synthetic",
         "nproc_per_node": 2,
         "config": {"epochs": 3, "sleep_per_step_s": 0.1, "log_every_steps": 1},
     }
-    with sqlite_stack.client() as http:
+    with shared_sqlite_stack.client() as http:
         job_id = http.post("/v1/jobs", json=spec).json()["id"]
-        sqlite_stack.wait_for_state(http, job_id, {"running"})
+        shared_sqlite_stack.wait_for_state(http, job_id, {"running"})
 
         def seen_while_running() -> bool:
             points = http.get(f"/v1/jobs/{job_id}/metrics").json()["items"]
             return bool(points) and http.get(f"/v1/jobs/{job_id}").json()["state"] == "running"
 
         assert wait_until(seen_while_running, timeout=60, interval=0.2)
-        sqlite_stack.wait_for_state(http, job_id, {"succeeded"})
+        shared_sqlite_stack.wait_for_state(http, job_id, {"succeeded"})
 
 
-def test_a_reconnecting_stream_misses_and_repeats_nothing(sqlite_stack: Stack) -> None:
+def test_a_reconnecting_stream_misses_and_repeats_nothing(shared_sqlite_stack: Stack) -> None:
     spec = {
         "name": "streamed",
         "recipe": "synthetic",
         "nproc_per_node": 2,
         "config": {"epochs": 2, "sleep_per_step_s": 0.05, "log_every_steps": 1},
     }
-    with sqlite_stack.client() as http:
+    with shared_sqlite_stack.client() as http:
         job_id = http.post("/v1/jobs", json=spec).json()["id"]
         unbroken: list[dict[str, Any]] = []
         reader = threading.Thread(target=lambda: unbroken.extend(follow_events(http, job_id)))
@@ -155,7 +160,9 @@ def test_a_reconnecting_stream_misses_and_repeats_nothing(sqlite_stack: Stack) -
     assert [e["data"] for e in pieces] == [e["data"] for e in unbroken]
 
 
-def test_a_replay_after_the_end_is_the_history_a_live_client_saw(sqlite_stack: Stack) -> None:
+def test_a_replay_after_the_end_is_the_history_a_live_client_saw(
+    shared_sqlite_stack: Stack,
+) -> None:
     """Retention deletes checkpoints while the job runs: their `checkpoint` events stay in the
     history, each deletion an event of its own."""
     spec = {
@@ -165,7 +172,7 @@ def test_a_replay_after_the_end_is_the_history_a_live_client_saw(sqlite_stack: S
         "config": {"epochs": 4},
         "checkpoint": {"every_epochs": 1, "keep_last": 1},
     }
-    with sqlite_stack.client() as http:
+    with shared_sqlite_stack.client() as http:
         job_id = http.post("/v1/jobs", json=spec).json()["id"]
         live = follow_events(http, job_id)
         replayed = follow_events(http, job_id, last_event_id="0")

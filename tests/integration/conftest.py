@@ -5,16 +5,35 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlmodel import Session, func, select
 
 from service.app import create_app
 from service.db import make_engine, upgrade_database
 from service.models import Job
 from service.settings import Settings
+from tests.support.services import postgres_database
 
 ADMIN_TOKEN = "lb_integration-admin-token"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@pytest.fixture(scope="session")
+def migrated_postgres(postgres_server_url: str) -> Iterator[str]:
+    """The name of a database migrated once per test process, which nobody connects to after:
+    the template of each test's PostgreSQL database, so that no test migrates one again."""
+    with postgres_database(postgres_server_url) as url:
+        upgrade_database(url)
+        name = make_url(url).database
+        assert name is not None
+        yield name
+
+
+@pytest.fixture
+def postgres_url(postgres_server_url: str, migrated_postgres: str) -> Iterator[str]:
+    """A database of the test's own, migrated: a copy of `migrated_postgres`."""
+    with postgres_database(postgres_server_url, template=migrated_postgres) as url:
+        yield url
 
 
 @pytest.fixture

@@ -1,8 +1,10 @@
 """The migrations build exactly the tables the models describe (SQLite and PostgreSQL)."""
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -17,6 +19,15 @@ from service import store
 from service.db import MIGRATIONS_DIR, make_engine
 from service.models import Job, MetricPoint, MetricRollup
 from service.settings import Settings
+from tests.support.services import postgres_database
+
+
+@pytest.fixture
+def postgres_url(postgres_server_url: str) -> Iterator[str]:
+    """An empty database (not tests/integration/conftest.py's migrated copy): these tests run
+    the migrations themselves."""
+    with postgres_database(postgres_server_url) as url:
+        yield url
 
 
 def test_the_migrated_schema_matches_the_models(settings: Settings) -> None:
