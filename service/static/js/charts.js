@@ -127,7 +127,12 @@ export class MetricCharts {
         const label = [names.length > 1 || runs.length === 1 ? name : null, runs.length > 1 ? runLabel(run) : null];
         lines.push({
           label: label.filter(Boolean).join(" · "),
-          color: COLORS[(names.length > 1 ? lines.length : runs.indexOf(run)) % COLORS.length],
+          color:
+            names.length > 1
+              ? COLORS[lines.length % COLORS.length]
+              : runs.length === 1
+                ? this.metrics.get(name).color
+                : COLORS[runs.indexOf(run) % COLORS.length],
           dash: run.attempt > 1 ? [6, 4] : undefined,
           points: [...run.byStep.values()].sort((a, b) => a.step - b.step),
         });

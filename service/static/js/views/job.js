@@ -255,7 +255,7 @@ const RETIRED = "checkpoint_deleted";
 // One entry per state or restart; a run of `checkpoint_deleted` events (retention retiring old
 // checkpoints, one per save on a long job) is one entry, "N checkpoints deleted by retention",
 // that opens to list them.
-export function addTimelineItem(list, event, data) {
+function addTimelineItem(list, event, data) {
   const ts = typeof data.ts === "number" ? data.ts * 1000 : null;
   if (event === RETIRED) {
     const last = list.lastElementChild;
@@ -317,7 +317,7 @@ function addRetired(group, data) {
 }
 
 // What the metrics panel says while it has no chart: the truth for a job that has ended.
-export function noMetricsText(job) {
+function noMetricsText(job) {
   if (!TERMINAL.has(job.state)) return "No metrics reported yet.";
   const why = job.exit_reason ? ` (${job.exit_reason}${job.message ? `: ${firstLine(job.message)}` : ""})` : "";
   if (job.state === "failed") return `The job failed before reporting a metric${why}.`;
