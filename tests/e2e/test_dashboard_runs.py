@@ -228,6 +228,7 @@ def test_a_days_runs_read_at_a_glance(sqlite_stack: Stack, browser: "WebDriver")
     save_screenshot(driver, "dashboard-job-1400.png")
 
     # Compare: one legend (the runs list) for every chart, a read-out on hover.
+    js(driver, "performance.clearResourceTimings()")
     driver.get(f"{sqlite_stack.url}/#/compare?ids={ids['long']},{ids['short']}")
     wait(
         "the compare charts",
@@ -236,6 +237,13 @@ def test_a_days_runs_read_at_a_glance(sqlite_stack: Stack, browser: "WebDriver")
         ),
     )
     assert js(driver, "return document.querySelectorAll('#compare-charts .u-legend').length") == 0
+    # Each job's series as the server downsampled it: one request per job, bounded in size.
+    reads = js(
+        driver,
+        "return performance.getEntriesByType('resource').map(e => e.name)"
+        ".filter(n => n.includes('/metrics'))",
+    )
+    assert len(reads) == 2 and all("max_points=1000" in url for url in reads), reads
     assert js(driver, "return document.querySelectorAll('#compare-runs .run').length") == 2
     plot = driver.find_element(By.CSS_SELECTOR, "#compare-charts .chart[data-metric=loss] .u-over")
     ActionChains(driver).move_to_element(plot).perform()
