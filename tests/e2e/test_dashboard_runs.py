@@ -295,6 +295,7 @@ def test_a_days_runs_read_at_a_glance(sqlite_stack: Stack, browser: "WebDriver")
         ("#/jobs", "dashboard-jobs-800.png"),
         (f"#/jobs/{ids['long']}", "dashboard-job-800.png"),
         ("#/runs?tag=sweep=lr", "dashboard-runs-800.png"),
+        (f"#/compare?ids={ids['long']},{ids['short']}", "dashboard-compare-800.png"),
     ):
         driver.get(f"{sqlite_stack.url}/{page}")
         wait(

@@ -78,34 +78,36 @@ export function ema(values, weight) {
   });
 }
 
-// Lines ({label, color, dash, points: [{step, ts, value}] in step order}) on one x axis, as
+// Lines ({label, color, dash, t0?, points: [{step, ts, value}] in step order}) on one x axis, as
 // uPlot's data and series. With smoothing, each line is drawn twice: raw (faint, not in the
 // legend) and smoothed. `meta` gives each x's step and time for the hover read-out.
 export function plotData(lines, settings, t0) {
+  // Relative time starts at the line's own `t0` where it has one (each run of a compare
+  // page), else at the page's.
   const xOf = {
     step: (p) => p.step,
     wall: (p) => p.ts,
-    relative: (p) => p.ts - t0,
+    relative: (p, line) => p.ts - (line.t0 ?? t0),
   }[settings.x];
   const meta = new Map();
   for (const line of lines) {
     for (const p of line.points) {
-      const x = xOf(p);
-      if (x !== null && x !== undefined && !meta.has(x)) meta.set(x, p);
+      const x = xOf(p, line);
+      if (x !== null && x !== undefined && !meta.has(x)) meta.set(x, { ...p, t0: line.t0 ?? t0 });
     }
   }
   const xs = [...meta.keys()].sort((a, b) => a - b);
   const index = new Map(xs.map((x, i) => [x, i]));
   const positive = (v) => (settings.y === "log" && !(v > 0) ? null : v);
   const data = [xs];
-  const series = [{ label: X_MODES[settings.x], value: (_u, x) => describeX(x, meta.get(x), settings, t0) }];
+  const series = [{ label: X_MODES[settings.x], value: (_u, x) => describeX(x, meta.get(x)) }];
   const raw = [];
   for (const line of lines) {
     const values = line.points.map((p) => p.value);
     const aligned = (ys) => {
       const column = new Array(xs.length).fill(null);
       line.points.forEach((p, i) => {
-        const at = index.get(xOf(p));
+        const at = index.get(xOf(p, line));
         if (at !== undefined) column[at] = positive(ys[i]);
       });
       return column;
@@ -123,11 +125,11 @@ export function plotData(lines, settings, t0) {
 }
 
 // The x of the hover read-out: step and time, whichever the axis shows.
-function describeX(x, point, settings, t0) {
+function describeX(x, point) {
   if (x === null || x === undefined || !point) return "—";
   const step = point.step === null || point.step === undefined ? null : `step ${point.step}`;
   const time = formatTime(point.ts * 1000);
-  const since = `+${formatDuration(point.ts - t0)}`;
+  const since = `+${formatDuration(point.ts - point.t0)}`;
   return [step, time, since].filter(Boolean).join(" · ");
 }
 

@@ -85,6 +85,7 @@ async function chartPoints(id, signal) {
 function drawCharts(container, runs, series, ctx, settings) {
   const byMetric = new Map();
   let t0 = Infinity;
+  const starts = series.map((points) => Math.min(...points.map((p) => p.ts)));
   series.forEach((points, run) => {
     for (const point of points) {
       if (!byMetric.has(point.name)) byMetric.set(point.name, new Map());
@@ -108,6 +109,7 @@ function drawCharts(container, runs, series, ctx, settings) {
       label: attempts(line.run) > 1 ? `${runs[line.run].label} · attempt ${line.attempt}` : runs[line.run].label,
       color: runs[line.run].color,
       dash: line.attempt > 1 ? [6, 4] : undefined,
+      t0: starts[line.run], // relative time: since the run's own first point
       points: [...line.byStep.values()].sort((a, b) => a.step - b.step),
     }));
     const plot = h("div", { class: "chart-plot" });
