@@ -97,6 +97,12 @@ def list_jobs(
     return Call("GET", "/v1/jobs", models.JobPage.model_validate, params=query)
 
 
+def list_runs(limit: int, offset: int, **filters: str | None) -> Call[models.RunPage]:
+    """`filters`: `state`, `name`, `name_contains`, `tag` (`key=value`), `owner`."""
+    query = http.params(limit=limit, offset=offset, **filters)
+    return Call("GET", "/v1/runs", models.RunPage.model_validate, params=query)
+
+
 def cancel_job(job_id: str) -> Call[models.Job]:
     return Call("POST", http.job_path(job_id, "cancel"), models.Job.model_validate, retry=False)
 

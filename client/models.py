@@ -110,6 +110,30 @@ class JobPage(ApiModel):
     total_is_estimate: bool = False
 
 
+class MetricSummary(ApiModel):
+    """One metric of a run (`GET /v1/runs`): its last value and its smallest, largest and best
+    (`best_mode` says which extreme is best)."""
+
+    last: float | None
+    min: float | None
+    max: float | None
+    best: float | None
+    best_mode: str
+
+
+class Run(ApiModel):
+    job: Job
+    metrics: dict[str, MetricSummary]
+
+
+class RunPage(ApiModel):
+    """One page of `GET /v1/runs`: the jobs `GET /v1/jobs` lists, each with its metrics."""
+
+    items: list[Run]
+    total: int
+    total_is_estimate: bool = False
+
+
 class MetricPoint(ApiModel):
     seq: int
     step: int | None = None

@@ -1,6 +1,7 @@
 """`Client`'s and `AsyncClient`'s methods for running a directory's program as it is, and for
 the files a job kept: `upload_directory`, `run_program`, `get_code`, `get_limits`,
-`list_artifacts`, `download_artifacts`; and `list_code`, `delete_code`, `rerun_job`.
+`list_artifacts`, `download_artifacts`; and `list_code`, `delete_code`, `rerun_job`,
+`list_runs`.
 
 The rules live in pure modules, shared by both: `client.program` (the command as spec
 fields), `client.selection` and `client.packing` (which files, one deterministic archive,
@@ -22,6 +23,7 @@ from client.models import (
     CodeUpload,
     Job,
     Limits,
+    RunPage,
     UploadedCode,
     UploadedDirectory,
 )
@@ -90,6 +92,23 @@ class RunMethods(SyncTransport):
     def get_limits(self) -> Limits:
         """The most an upload may be, hold and unpack to (the API's settings)."""
         return self._call(calls.get_limits())
+
+    def list_runs(
+        self,
+        state: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        *,
+        name: str | None = None,
+        tag: str | None = None,
+        owner: str | None = None,
+        name_contains: str | None = None,
+    ) -> RunPage:
+        """The jobs `list_jobs` lists, with the same filters, each with its metrics summed up
+        (`last`, `min`, `max` and `best`, with `best_mode` saying which extreme is best) in
+        one call: a table of runs."""
+        filters = {"name": name, "tag": tag, "owner": owner, "name_contains": name_contains}
+        return self._call(calls.list_runs(limit, offset, state=state, **filters))
 
     def list_code(self) -> list[CodeUpload]:
         """Your code uploads, newest first; `in_use` while an unfinished job of yours runs one."""
@@ -187,6 +206,20 @@ class AsyncRunMethods(AsyncTransport):
 
     async def get_limits(self) -> Limits:
         return await self._call(calls.get_limits())
+
+    async def list_runs(
+        self,
+        state: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        *,
+        name: str | None = None,
+        tag: str | None = None,
+        owner: str | None = None,
+        name_contains: str | None = None,
+    ) -> RunPage:
+        filters = {"name": name, "tag": tag, "owner": owner, "name_contains": name_contains}
+        return await self._call(calls.list_runs(limit, offset, state=state, **filters))
 
     async def list_code(self) -> list[CodeUpload]:
         return await self._call(calls.list_code())

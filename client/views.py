@@ -175,3 +175,65 @@ def code_table(uploads: list[dict[str, Any]]) -> Table:
             "yes" if item.get("in_use") else "",
         )
     return table
+
+
+def runs_view(
+    runs: list[dict[str, Any]], fields: list[str], metrics: list[str], sort: str | None
+) -> Table:
+    """One row per run: name, id, state, the spec `fields` (dotted) and each of `metrics`' last
+    and best value; `sort` is a column (`name`, `state`, a field, `last:NAME`, `best:NAME`),
+    `-` before it for descending. Defaults: the fields whose values differ between the runs,
+    and up to 3 metrics, `loss` first."""
+    specs = [flatten(run["job"].get("spec") or {}) for run in runs]
+    if not fields:
+        keys = sorted({key for spec in specs for key in spec} - {"name"})
+        fields = [k for k in keys if len({spec.get(k, "—") for spec in specs}) > 1][:6]
+    if not metrics:
+        names = {name for run in runs for name in run["metrics"]}
+        metrics = sorted(names, key=lambda n: (n != "loss", "loss" not in n, n))[:3]
+    columns: list[tuple[str, Any]] = [
+        ("name", lambda run, spec: run["job"]["name"]),
+        ("id", lambda run, spec: run["job"]["id"][:12]),
+        ("state", lambda run, spec: run["job"]["state"]),
+        *((field, lambda run, spec, f=field: spec.get(f, "—")) for field in fields),
+        *(
+            (
+                f"{which}:{name}",
+                lambda run, spec, w=which, n=name: (run["metrics"].get(n) or {}).get(w),
+            )
+            for name in metrics
+            for which in ("last", "best")
+        ),
+    ]
+    rows = list(zip(runs, specs, strict=True))
+    if sort:
+        key = sort.removeprefix("-")
+        found = next((value for label, value in columns if label == key), None)
+        if found is None:
+            raise ValueError(f"no column {key!r}: {', '.join(label for label, _ in columns)}")
+        present = [r for r in rows if found(*r) not in (None, "—")]
+        absent = [r for r in rows if found(*r) in (None, "—")]
+        present.sort(key=lambda r: _sort_key(found(*r)), reverse=sort.startswith("-"))
+        rows = present + absent  # empty values last, whichever the direction
+    table = new_table()
+    for label, _ in columns:
+        numeric = label.startswith(("last:", "best:"))
+        table.add_column(label, justify="right" if numeric else "left", overflow="fold")
+    for run, spec in rows:
+        table.add_row(
+            *(
+                format_number(value(run, spec))
+                if label.startswith(("last:", "best:"))
+                else str(value(run, spec))
+                for label, value in columns
+            )
+        )
+    return table
+
+
+def _sort_key(value: Any) -> tuple[int, float, str]:
+    """Numbers (also as text, as flattened spec values are) by value, then the rest as text."""
+    try:
+        return (0, float(value), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(value))

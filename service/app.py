@@ -35,6 +35,7 @@ from service.routes import (
     prometheus,
     queue,
     recipes,
+    runs,
     stacks,
     system,
     tokens,
@@ -59,6 +60,7 @@ def make_redis(url: str) -> Redis:
 AUTHENTICATED_ROUTES = (
     dry_run,
     jobs,
+    runs,
     logs,
     metrics,
     events,

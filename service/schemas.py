@@ -279,3 +279,27 @@ class RecipePublic(BaseModel):
 
 class RecipesPublic(BaseModel):
     items: list[RecipePublic]
+
+
+class MetricSummary(BaseModel):
+    """One metric of a run: its last value and its smallest, largest and best over all the
+    job's attempts. `best_mode` says which of the two is best: the job's
+    `checkpoint.best_mode` for its `best_metric`; otherwise `min` for a name with `loss` or
+    `error` in it, else `max`."""
+
+    last: float | None
+    min: float | None
+    max: float | None
+    best: float | None
+    best_mode: Literal["min", "max"]
+
+
+class RunPublic(BaseModel):
+    job: JobPublic
+    metrics: dict[str, MetricSummary]
+
+
+class RunsPublic(BaseModel):
+    items: list[RunPublic]
+    total: int
+    total_is_estimate: bool = False

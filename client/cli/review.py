@@ -82,3 +82,58 @@ def rerun(
         job = follow_job(lb, job.id, console)
         console.print(describe_end(job))
     raise typer.Exit(exit_code_for(job))
+
+
+@app.command()
+def runs(
+    ctx: typer.Context,
+    state: Annotated[str | None, typer.Option("--state", help="Only jobs in this state.")] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="Only jobs whose name contains this (any case).")
+    ] = None,
+    tag: Annotated[
+        str | None, typer.Option("--tag", help="Only jobs with this key=value tag.")
+    ] = None,
+    owner: Annotated[str | None, typer.Option("--owner", help="Only this owner's (admin).")] = None,
+    field: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--field",
+            "-f",
+            help="A spec field as a column, dotted (config.lr); repeatable. "
+            "Default: the fields whose values differ between the runs.",
+        ),
+    ] = None,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            "-m",
+            help="A metric's last and best values as columns; repeatable. "
+            "Default: up to 3, loss first.",
+        ),
+    ] = None,
+    sort: Annotated[
+        str | None,
+        typer.Option(
+            "--sort",
+            help="The column to sort by (name, state, a field, last:NAME, best:NAME); "
+            "-COLUMN for descending. Default: newest first.",
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=500, help="At most this many.")] = 50,
+    as_json: JsonFlag = False,
+) -> None:
+    """One row per job (the newest that match), with spec fields and each metric's last and
+    best value as columns (`GET /v1/runs`, one call). Not `launchbay run`, which runs a
+    program."""
+    with state_of(ctx).client() as lb:
+        page = lb.list_runs(state, limit, name_contains=name, tag=tag, owner=owner)
+    if as_json:
+        print_json(page)
+        return
+    try:
+        table = views.runs_view(render.plain(page.items), field or [], metric or [], sort)
+    except ValueError as exc:
+        fail(f"error: --sort: {exc}", 2)
+    out().print(table)

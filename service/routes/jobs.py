@@ -147,7 +147,7 @@ def list_jobs(
         limit=limit,
         offset=offset,
         name=name,
-        tags=[_tag(item) for item in tag or []],
+        tags=[parse_tag(item) for item in tag or []],
         count_limit=settings.job_count_exact_limit,
         name_contains=name_contains,
     )
@@ -158,7 +158,7 @@ def list_jobs(
     )
 
 
-def _tag(item: str) -> tuple[str, str]:
+def parse_tag(item: str) -> tuple[str, str]:
     """A `tag` filter, `key=value`."""
     key, sep, value = item.partition("=")
     if not sep or not key:

@@ -52,7 +52,12 @@ from service.store.lifecycle import (
     take_job,
     transition_job,
 )
-from service.store.metric_rollups import delete_rollups, downsample, metric_names
+from service.store.metric_rollups import (
+    delete_rollups,
+    downsample,
+    metric_extremes,
+    metric_names,
+)
 from service.store.nodes import (
     NodeSeat,
     announce_node_failure,
@@ -121,6 +126,7 @@ __all__ = [
     "list_metric_points",
     "list_nodes",
     "mark_node_running",
+    "metric_extremes",
     "metric_names",
     "new_id",
     "queued_since",

@@ -201,3 +201,24 @@ def _downsample_scan(session: Session, base: Any, last_seq: int, buckets: int) -
 
 def delete_rollups(session: Session, job_ids: Sequence[str]) -> None:
     session.execute(delete(MetricRollup).where(col(MetricRollup.job_id).in_(job_ids)))
+
+
+def metric_extremes(
+    session: Session, job_ids: Sequence[str]
+) -> dict[str, dict[str, tuple[float, float]]]:
+    """Each job's metrics' (smallest, largest) value, by job id and name, in one query on the
+    coarsest rollups (a row or two per job and name, whatever the jobs' lengths). NaN points have no
+    order and are left out; points written before rollups were kept have none here."""
+    if not job_ids:
+        return {}
+    low = func.min(MetricRollup.min_value)
+    high = func.max(MetricRollup.max_value)
+    stmt = (
+        select(MetricRollup.job_id, MetricRollup.name, low, high)
+        .where(col(MetricRollup.job_id).in_(job_ids), MetricRollup.width == WIDTHS[-1])
+        .group_by(col(MetricRollup.job_id), col(MetricRollup.name))
+    )
+    found: dict[str, dict[str, tuple[float, float]]] = {}
+    for job_id, name, smallest, largest in session.execute(stmt):
+        found.setdefault(job_id, {})[name] = (smallest, largest)
+    return found

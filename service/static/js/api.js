@@ -100,6 +100,7 @@ const job = (id) => `/v1/jobs/${encodeURIComponent(id)}`;
 
 export const api = {
   listJobs: (params, signal) => request("GET", "/v1/jobs", { params, signal }),
+  listRuns: (params, signal) => request("GET", "/v1/runs", { params, signal }),
   getJob: (id, signal) => request("GET", job(id), { signal }),
   cancelJob: (id) => request("POST", `${job(id)}/cancel`),
   submitJob: (spec, idempotencyKey) =>

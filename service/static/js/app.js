@@ -5,6 +5,7 @@ import { currentRoute, errorPanel, hideBanner, showBanner } from "./dom.js";
 import { renderCompare } from "./views/compare.js";
 import { renderJob } from "./views/job.js";
 import { renderJobs } from "./views/jobs.js";
+import { renderRuns } from "./views/runs.js";
 import { renderSignIn } from "./views/signin.js";
 import { renderSubmit } from "./views/submit.js";
 
@@ -14,6 +15,7 @@ const routes = [
   { pattern: /^\/jobs\/([^/]+)$/, render: renderJob, nav: "jobs" },
   { pattern: /^\/submit$/, render: renderSubmit, nav: "submit" },
   { pattern: /^\/compare$/, render: renderCompare, nav: "jobs" },
+  { pattern: /^\/runs$/, render: renderRuns, nav: "runs" },
 ];
 
 let context = null;

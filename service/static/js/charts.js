@@ -1,6 +1,8 @@
-// One live uPlot chart per metric name, value against step, redrawn at most once a frame.
+// One live uPlot chart per metric name (others of the job overlaid on request), redrawn at
+// most once a frame, drawn as the page's `ChartSettings` say.
 
 import uPlot from "../vendor/uplot/uPlot.esm.js";
+import { plotData, xAxis } from "./chart-settings.js";
 import { formatNumber, h } from "./dom.js";
 
 export const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f"];
@@ -9,15 +11,23 @@ export const AXIS = { stroke: "#475569", grid: { stroke: "#e2e8f0", width: 1 }, 
 
 // Each run of the job is a line of its own: an attempt (a retry that resumes from a checkpoint
 // reports its steps again) and, within an attempt, each elastic restart (the restart event's
-// seq divides the attempt's points). With more than one, a legend names them.
+// seq divides the attempt's points); later attempts are dashed. A chart can overlay other
+// metrics of the job (its caption's "overlay" menu). The legend, live, is the hover read-out:
+// step, time and each line's value under the cursor.
 export class MetricCharts {
-  constructor(container) {
+  constructor(container, settings) {
     this.container = container;
+    this.settings = settings;
     this.metrics = new Map();
     this.restarts = new Map(); // attempt -> seqs of its restart events
+    this.t0 = Infinity; // the time of the job's first point: relative time starts there
     this.frame = null;
     this.observer = new ResizeObserver(() => this.resize());
     this.observer.observe(container);
+    this.unsubscribe = settings.onChange(() => {
+      for (const metric of this.metrics.values()) metric.rebuild = true;
+      this.schedule();
+    });
   }
 
   // A `restart` event (from the timeline or the stream), before the points that follow it.
@@ -40,21 +50,16 @@ export class MetricCharts {
     const run = this.runOf(point);
     let line = metric.runs.get(run.key);
     if (!line) {
-      line = { ...run, byX: new Map(), ys: metric.xs.map(() => null) };
+      line = { ...run, byStep: new Map() };
       metric.runs.set(run.key, line);
       metric.rebuild = true; // a new series: the chart is made again
     }
-    const x = point.step ?? point.seq;
-    const last = metric.xs.length ? metric.xs[metric.xs.length - 1] : -Infinity;
-    if (!metric.index.has(x)) {
-      if (x > last) {
-        metric.index.set(x, metric.xs.length);
-        metric.xs.push(x);
-        for (const other of metric.runs.values()) other.ys.push(null);
-      } else metric.rebuild = true;
+    const step = point.step ?? point.seq;
+    line.byStep.set(step, { step, ts: point.ts, value: point.value });
+    if (point.ts < this.t0) {
+      this.t0 = point.ts;
+      if (this.settings.x === "relative") for (const other of this.metrics.values()) other.dirty = true;
     }
-    if (!metric.rebuild) line.ys[metric.index.get(x)] = point.value;
-    line.byX.set(x, point.value);
     metric.latest = point.value;
     metric.dirty = true;
     this.schedule();
@@ -63,47 +68,100 @@ export class MetricCharts {
   create(name) {
     const value = h("span", { class: "chart-value" });
     const plot = h("div", { class: "chart-plot" });
+    const overlay = h("select", {
+      class: "chart-overlay small",
+      "aria-label": `overlay another metric on ${name}`,
+      onchange: (event) => this.toggleOverlay(name, event.target.value),
+    });
     const card = h(
       "figure",
-      { class: "chart", dataset: { metric: name, points: "0", runs: "0" } },
-      h("figcaption", {}, h("span", { class: "chart-name" }, name), value),
+      { class: "chart", dataset: { metric: name, points: "0", runs: "0", series: "0" } },
+      h("figcaption", {}, h("span", { class: "chart-name" }, name), overlay, value),
       plot,
     );
-    const metric = { name, runs: new Map(), xs: [], index: new Map(), card, plot, value, chart: null };
+    const metric = { name, runs: new Map(), overlays: [], card, plot, value, overlay, chart: null };
     metric.color = COLORS[this.metrics.size % COLORS.length];
     this.metrics.set(name, metric);
     const order = [...this.metrics.keys()].sort(byName);
     const next = order[order.indexOf(name) + 1];
     this.container.insertBefore(card, next ? this.metrics.get(next).card : null);
     this.container.dataset.charts = String(this.metrics.size);
+    for (const each of this.metrics.values()) this.overlayMenu(each);
     return metric;
+  }
+
+  // "overlay…" and every other metric of the job, ticked when on this chart.
+  overlayMenu(metric) {
+    const others = [...this.metrics.keys()].filter((name) => name !== metric.name).sort(byName);
+    metric.overlay.hidden = !others.length;
+    metric.overlay.replaceChildren(
+      h("option", { value: "" }, metric.overlays.length ? `+${metric.overlays.length} overlaid` : "overlay…"),
+      ...others.map((name) => h("option", { value: name }, `${metric.overlays.includes(name) ? "✓ " : ""}${name}`)),
+    );
+    metric.overlay.value = "";
+  }
+
+  toggleOverlay(name, other) {
+    const metric = this.metrics.get(name);
+    if (!metric || !other) return;
+    const at = metric.overlays.indexOf(other);
+    if (at >= 0) metric.overlays.splice(at, 1);
+    else metric.overlays.push(other);
+    metric.card.dataset.overlays = metric.overlays.join(",");
+    metric.rebuild = true;
+    this.overlayMenu(metric);
+    this.schedule();
   }
 
   schedule() {
     if (this.frame === null) this.frame = requestAnimationFrame(() => this.flush());
   }
 
+  // The chart's lines: its metric's runs, then each overlaid metric's.
+  linesOf(metric) {
+    const names = [metric.name, ...metric.overlays];
+    const lines = [];
+    for (const name of names) {
+      const runs = [...(this.metrics.get(name)?.runs.values() || [])].sort((a, b) => a.key - b.key);
+      for (const run of runs) {
+        const label = [names.length > 1 || runs.length === 1 ? name : null, runs.length > 1 ? runLabel(run) : null];
+        lines.push({
+          label: label.filter(Boolean).join(" · "),
+          color:
+            names.length > 1
+              ? COLORS[lines.length % COLORS.length]
+              : runs.length === 1
+                ? this.metrics.get(name).color
+                : COLORS[runs.indexOf(run) % COLORS.length],
+          dash: run.attempt > 1 ? [6, 4] : undefined,
+          points: [...run.byStep.values()].sort((a, b) => a.step - b.step),
+        });
+      }
+    }
+    return lines;
+  }
+
   flush() {
     this.frame = null;
     for (const metric of this.metrics.values()) {
-      if (!metric.dirty) continue;
-      metric.dirty = false;
-      const runs = [...metric.runs.values()].sort((a, b) => a.key - b.key);
-      if (metric.rebuild) {
-        metric.xs = [...new Set(runs.flatMap((run) => [...run.byX.keys()]))].sort((a, b) => a - b);
-        metric.index = new Map(metric.xs.map((x, i) => [x, i]));
-        for (const run of runs) run.ys = metric.xs.map((x) => (run.byX.has(x) ? run.byX.get(x) : null));
+      const touched = metric.dirty || metric.rebuild || metric.overlays.some((n) => this.metrics.get(n)?.dirty);
+      if (!touched) continue;
+      const lines = this.linesOf(metric);
+      const plot = plotData(lines, this.settings, Number.isFinite(this.t0) ? this.t0 : 0);
+      if (metric.rebuild || !metric.chart) {
         metric.chart?.destroy();
-        metric.chart = null;
+        metric.chart = new uPlot(options(plot, this.settings, this.width(metric)), plot.data, metric.plot);
+        hideRawInLegend(metric.chart, plot.raw);
         metric.rebuild = false;
-      }
-      const data = [metric.xs.slice(), ...runs.map((run) => run.ys.slice())];
-      if (metric.chart) metric.chart.setData(data);
-      else metric.chart = new uPlot(options(metric, runs, this.width(metric)), data, metric.plot);
+      } else metric.chart.setData(plot.data);
       metric.value.textContent = formatNumber(metric.latest);
-      metric.card.dataset.points = String(Math.max(...runs.map((run) => run.byX.size)));
-      metric.card.dataset.runs = String(runs.length);
+      metric.card.dataset.points = String(Math.max(...[...metric.runs.values()].map((run) => run.byStep.size)));
+      metric.card.dataset.runs = String(metric.runs.size);
+      metric.card.dataset.series = String(lines.length);
+      metric.card.dataset.lines = String(plot.series.length - 1);
+      metric.card.dataset.drawn = `${this.settings.x}/${this.settings.y}/${this.settings.smoothing}`;
     }
+    for (const metric of this.metrics.values()) metric.dirty = false;
   }
 
   width(metric) {
@@ -119,6 +177,7 @@ export class MetricCharts {
   destroy() {
     if (this.frame !== null) cancelAnimationFrame(this.frame);
     this.observer.disconnect();
+    this.unsubscribe();
     for (const metric of this.metrics.values()) metric.chart?.destroy();
   }
 }
@@ -133,30 +192,26 @@ export function runLabel(run) {
   return run.restart ? `attempt ${run.attempt}, restart ${run.restart}` : `attempt ${run.attempt}`;
 }
 
-function options(metric, runs, width) {
-  // One run: the caption names the metric and its latest value, a legend would only repeat
-  // them. Several: the legend names each run's line.
-  const many = runs.length > 1;
+// uPlot's options for `plotData`'s answer: the x axis of the mode, linear or log y, drag to
+// zoom on x (double click resets). `legend: false` for a page that draws one legend for all.
+export function options(plot, settings, width, { legend = true, hooks } = {}) {
   return {
     width,
     height: HEIGHT,
-    scales: { x: { time: false } },
+    scales: { x: { time: settings.x === "wall" }, y: settings.y === "log" ? { distr: 3, log: 10 } : {} },
     cursor: { drag: { x: true, y: false } },
-    legend: { show: many, live: false },
+    legend: { show: legend, live: true },
+    hooks,
     axes: [
-      { ...AXIS, label: "step", labelSize: 20 },
-      { ...AXIS, size: 60, values: (_u, splits) => splits.map(formatNumber) },
+      { ...AXIS, labelSize: 20, ...xAxis(settings) },
+      { ...AXIS, size: 60, values: (_u, splits) => splits.map((v) => (v === null ? "" : formatNumber(v))) },
     ],
-    series: [
-      { label: "step" },
-      ...runs.map((run, i) => ({
-        label: many ? runLabel(run) : metric.name,
-        stroke: many ? COLORS[i % COLORS.length] : metric.color,
-        width: 2,
-        spanGaps: true,
-        value: (_u, v) => formatNumber(v),
-        points: { size: 5 },
-      })),
-    ],
+    series: plot.series,
   };
+}
+
+// The raw lines drawn under smoothed ones are not named in the legend: the smoothed one is.
+export function hideRawInLegend(chart, raw) {
+  const rows = chart.root.querySelectorAll(".u-legend .u-series");
+  for (const index of raw) if (rows[index]) rows[index].hidden = true;
 }

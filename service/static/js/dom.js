@@ -143,11 +143,16 @@ export function withCode(text) {
     .filter((part) => part !== "");
 }
 
-export function latestLoss(metrics) {
-  if (!metrics) return null;
-  if ("loss" in metrics) return metrics.loss;
-  const name = Object.keys(metrics).find((key) => key.includes("loss"));
-  return name === undefined ? null : metrics[name];
+// A job's headline metrics: the last value of up to `count` of them, `loss` first, then the
+// job's checkpoint `best_metric`, then the other names with "loss" in them, then the rest by name.
+export function headlineMetrics(job, count = 3) {
+  const metrics = job.latest_metrics || {};
+  const best = job.spec?.checkpoint?.best_metric;
+  const rank = (name) => (name === "loss" ? 0 : name === best ? 1 : name.includes("loss") ? 2 : 3);
+  return Object.keys(metrics)
+    .sort((a, b) => rank(a) - rank(b) || a.localeCompare(b))
+    .slice(0, count)
+    .map((name) => [name, metrics[name]]);
 }
 
 // A random key for Idempotency-Key (crypto.randomUUID needs a secure context).

@@ -1,15 +1,16 @@
 // Compare runs: several jobs' metrics overlaid, one chart per metric, and the keys of their
 // specs that differ, side by side. Jobs come from the jobs page's selection (?ids=a,b), or
-// are every job of one name (?name=) or with one tag (?tag=key=value).
+// are every job of one name (?name=) or with one tag (?tag=key=value). The runs list at the top,
+// with each run's colour, is the legend of every chart.
 
 import uPlot from "../../vendor/uplot/uPlot.esm.js";
 import { api } from "../api.js";
-import { AXIS, COLORS, HEIGHT, byName } from "../charts.js";
+import { ChartSettings, plotData } from "../chart-settings.js";
+import { COLORS, HEIGHT, byName, options } from "../charts.js";
 import { formatNumber, h, stateBadge } from "../dom.js";
 
 const MAX_RUNS = 12;
-const PAGE = 1000;
-const MAX_PAGES = 20; // per job: 20,000 points
+const CHART_POINTS = 1000;
 
 export async function renderCompare(ctx) {
   const query = ctx.route.query;
@@ -21,6 +22,7 @@ export async function renderCompare(ctx) {
     : (await api.listJobs({ name, tag, limit: MAX_RUNS }, ctx.signal)).items.reverse();
   const what = ids.length ? "the selected jobs" : name ? `the jobs named “${name}”` : tag ? `the jobs tagged ${tag}` : "";
   const charts = h("div", { class: "charts", id: "compare-charts" });
+  const settings = new ChartSettings();
   const diff = h("div", { id: "spec-diff" });
   const runs = jobs.map((job, i) => ({ job, color: COLORS[i % COLORS.length], label: labelOf(job, jobs) }));
   ctx.root.append(
@@ -31,7 +33,7 @@ export async function renderCompare(ctx) {
       h("h1", {}, `Compare ${runs.length} run${runs.length === 1 ? "" : "s"}`),
       what ? h("p", { class: "muted" }, `Runs: ${what}${jobs.length === MAX_RUNS ? ` (the newest ${MAX_RUNS})` : ""}.`) : null,
       h("ul", { class: "runs", id: "compare-runs" }, runs.map(runItem)),
-      section("Metrics", charts),
+      section("Metrics", settings.toolbar(), charts),
       section("Spec differences", diff),
     ),
   );
@@ -39,8 +41,8 @@ export async function renderCompare(ctx) {
     charts.replaceChildren(h("p", { class: "muted" }, "Pick at least two jobs to compare (tick them on the jobs page)."));
   }
   diff.replaceChildren(specDiff(runs));
-  const series = await Promise.all(runs.map((run) => allMetrics(run.job.id, ctx.signal)));
-  drawCharts(charts, runs, series, ctx);
+  const series = await Promise.all(runs.map((run) => chartPoints(run.job.id, ctx.signal)));
+  drawCharts(charts, runs, series, ctx, settings);
 }
 
 function section(title, ...children) {
@@ -71,83 +73,93 @@ function swatch(color) {
   return element;
 }
 
-async function allMetrics(id, signal) {
-  const points = [];
-  let after = 0;
-  for (let page = 0; page < MAX_PAGES; page += 1) {
-    const body = await api.listMetrics(id, { after, limit: PAGE }, signal);
-    points.push(...body.items);
-    if (body.items.length < PAGE || body.next_after <= after) break;
-    after = body.next_after;
-  }
-  return points;
+// A job's series downsampled on the server (each bucket's smallest and largest point): one
+// request per job, the same size whatever the job's length.
+async function chartPoints(id, signal) {
+  return (await api.listMetrics(id, { max_points: CHART_POINTS }, signal)).items;
 }
 
-// One chart per metric name; one series per run, on the union of their steps.
-function drawCharts(container, runs, series, ctx) {
+// One chart per metric name; a line per run and attempt (a later attempt dashed, in its run's
+// colour). The runs list above is the one legend; hovering a chart reads its values out in
+// its caption.
+function drawCharts(container, runs, series, ctx, settings) {
   const byMetric = new Map();
+  let t0 = Infinity;
+  const starts = series.map((points) => Math.min(...points.map((p) => p.ts)));
   series.forEach((points, run) => {
     for (const point of points) {
-      const x = point.step ?? point.seq;
-      if (!byMetric.has(point.name)) byMetric.set(point.name, runs.map(() => new Map()));
-      byMetric.get(point.name)[run].set(x, point.value); // a resumed step: the later value wins
+      if (!byMetric.has(point.name)) byMetric.set(point.name, new Map());
+      const lines = byMetric.get(point.name);
+      const key = `${run}/${point.attempt ?? 1}`;
+      if (!lines.has(key)) lines.set(key, { run, attempt: point.attempt ?? 1, byStep: new Map() });
+      const step = point.step ?? point.seq;
+      lines.get(key).byStep.set(step, { step, ts: point.ts, value: point.value }); // a resumed step: the later value wins
+      t0 = Math.min(t0, point.ts);
     }
   });
   if (!byMetric.size) {
     if (runs.length >= 2) container.replaceChildren(h("p", { class: "muted", id: "no-metrics" }, "None of these runs reported metrics."));
     return;
   }
-  const plots = [];
+  const charts = [];
   for (const name of [...byMetric.keys()].sort(byName)) {
-    const perRun = byMetric.get(name);
-    const xs = [...new Set(perRun.flatMap((values) => [...values.keys()]))].sort((a, b) => a - b);
-    const data = [xs, ...perRun.map((values) => xs.map((x) => (values.has(x) ? values.get(x) : null)))];
+    const lines = [...byMetric.get(name).values()].sort((a, b) => a.run - b.run || a.attempt - b.attempt);
+    const attempts = (run) => lines.filter((line) => line.run === run).length;
+    const chartLines = lines.map((line) => ({
+      label: attempts(line.run) > 1 ? `${runs[line.run].label} · attempt ${line.attempt}` : runs[line.run].label,
+      color: runs[line.run].color,
+      dash: line.attempt > 1 ? [6, 4] : undefined,
+      t0: starts[line.run], // relative time: since the run's own first point
+      points: [...line.byStep.values()].sort((a, b) => a.step - b.step),
+    }));
     const plot = h("div", { class: "chart-plot" });
-    const shown = perRun.filter((values) => values.size > 0).length;
+    const readout = h("span", { class: "chart-readout small mono" });
+    const shown = new Set(lines.map((line) => line.run)).size;
+    const steps = new Set(chartLines.flatMap((line) => line.points.map((p) => p.step))).size;
     container.append(
       h(
         "figure",
-        { class: "chart", dataset: { metric: name, series: String(shown), points: String(xs.length) } },
-        h("figcaption", {}, h("span", { class: "chart-name" }, name)),
+        { class: "chart", dataset: { metric: name, series: String(shown), points: String(steps) } },
+        h("figcaption", {}, h("span", { class: "chart-name" }, name), readout),
         plot,
       ),
     );
-    plots.push({ plot, data, name });
+    charts.push({ plot, readout, lines: chartLines, chart: null });
   }
   const width = (plot) => Math.max(200, Math.floor(plot.clientWidth || container.clientWidth || 300));
-  const charts = plots.map(({ plot, data, name }) => new uPlot(options(name, runs, width(plot)), data, plot));
-  const observer = new ResizeObserver(() => charts.forEach((chart, i) => chart.setSize({ width: width(plots[i].plot), height: HEIGHT })));
+  const draw = () => {
+    for (const item of charts) {
+      item.chart?.destroy();
+      const built = plotData(item.lines, settings, t0);
+      const hooks = { setCursor: [(u) => showReadout(u, item.readout)] };
+      item.chart = new uPlot(options(built, settings, width(item.plot), { legend: false, hooks }), built.data, item.plot);
+    }
+  };
+  draw();
+  const stop = settings.onChange(draw);
+  const observer = new ResizeObserver(() => charts.forEach((item) => item.chart.setSize({ width: width(item.plot), height: HEIGHT })));
   observer.observe(container);
   ctx.onCleanup(() => {
+    stop();
     observer.disconnect();
-    charts.forEach((chart) => chart.destroy());
+    charts.forEach((item) => item.chart.destroy());
   });
 }
 
-function options(name, runs, width) {
-  return {
-    width,
-    height: HEIGHT,
-    scales: { x: { time: false } },
-    cursor: { drag: { x: true, y: false } },
-    // The runs' names and colours only; values show on hover in the caption-free legend.
-    legend: { show: true, live: false },
-    axes: [
-      { ...AXIS, label: "step", labelSize: 20 },
-      { ...AXIS, size: 60, values: (_u, splits) => splits.map(formatNumber) },
-    ],
-    series: [
-      { label: "step" },
-      ...runs.map((run) => ({
-        label: run.label,
-        stroke: run.color,
-        width: 2,
-        spanGaps: true,
-        value: (_u, v) => formatNumber(v),
-        points: { size: 4 },
-      })),
-    ],
-  };
+// "step 120 · … · run-a 0.31 · run-b 0.4": what is under the cursor, smoothed lines only.
+function showReadout(u, element) {
+  const idx = u.cursor.idx;
+  if (idx === null || idx === undefined) {
+    element.textContent = "";
+    return;
+  }
+  const parts = [u.series[0].value(u, u.data[0][idx], 0, idx)];
+  u.series.forEach((s, i) => {
+    if (i === 0 || s.label.endsWith(" (raw)")) return;
+    const v = u.data[i][idx];
+    if (v !== null && v !== undefined) parts.push(`${s.label} ${formatNumber(v)}`);
+  });
+  element.textContent = parts.join(" · ");
 }
 
 // The spec keys (dotted paths) whose values are not the same in every run.

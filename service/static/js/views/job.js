@@ -4,9 +4,10 @@
 // GET /v1/jobs/{id}/events is followed from there (resumed with Last-Event-ID when it drops).
 
 import { api } from "../api.js";
+import { ChartSettings } from "../chart-settings.js";
 import { MetricCharts } from "../charts.js";
 import { CheckpointTable } from "../checkpoints.js";
-import { TERMINAL, describeError, formatDuration, formatTime, h, parseTime, stateBadge } from "../dom.js";
+import { TERMINAL, describeError, firstLine, formatDuration, formatTime, h, parseTime, stateBadge } from "../dom.js";
 import { LogViewer } from "../logs.js";
 import { DeliveriesPanel, StacksPanel } from "../operations.js";
 import { EventStream } from "../sse.js";
@@ -28,7 +29,10 @@ export async function renderJob(ctx) {
   const summary = h("dl", { class: "summary" });
   const timeline = h("ol", { class: "timeline", id: "timeline" });
   const charts = h("div", { class: "charts", id: "charts" });
-  const noMetrics = h("p", { class: "muted", id: "no-metrics" }, "No metrics reported yet.");
+  const noMetrics = h("p", { class: "muted", id: "no-metrics" }, noMetricsText(job));
+  const chartSettings = new ChartSettings();
+  const chartControls = chartSettings.toolbar();
+  chartControls.hidden = true; // until a metric comes
   const logBox = h("div", { id: "logs" });
   const checkpointBox = h("div", { id: "checkpoints" });
   const multiNode = (job.spec.nnodes || 1) > 1;
@@ -65,7 +69,7 @@ export async function renderJob(ctx) {
       ),
       summary,
       section("Timeline", timeline),
-      section("Metrics", noMetrics, charts),
+      section("Metrics", chartControls, noMetrics, charts),
       section("Logs", logBox),
       section("Checkpoints", checkpointBox),
       multiNode ? section("Nodes", nodeBox) : null,
@@ -75,7 +79,7 @@ export async function renderJob(ctx) {
     ),
   );
 
-  const metricCharts = new MetricCharts(charts);
+  const metricCharts = new MetricCharts(charts, chartSettings);
   const logs = new LogViewer(logBox);
   const checkpoints = new CheckpointTable(checkpointBox, job);
   const stacks = new StacksPanel(stacksBox, id);
@@ -93,6 +97,7 @@ export async function renderJob(ctx) {
     badge.replaceChildren(stateBadge(job.state));
     cancel.hidden = TERMINAL.has(job.state) || job.state === "cancelling";
     summary.replaceChildren(...summaryItems(job));
+    noMetrics.textContent = noMetricsText(job);
     logs.setEnded(TERMINAL.has(job.state));
   };
   const refreshNodes = async () => {
@@ -111,6 +116,7 @@ export async function renderJob(ctx) {
   refreshNodes().catch(() => {});
 
   const cursors = await loadHistory(id, ctx.signal, { timeline, metricCharts, noMetrics, logs });
+  chartControls.hidden = !noMetrics.hidden;
 
   let pending = null;
   const refreshSoon = () => {
@@ -125,9 +131,10 @@ export async function renderJob(ctx) {
       if (Number(seq) <= (cursors[event] ?? cursors.timeline)) return; // already drawn
       if (event === "metric") {
         noMetrics.hidden = true;
+        chartControls.hidden = false;
         metricCharts.add(data);
       } else if (event === "log") logs.add(data);
-      else if (event === "state" || event === "restart") {
+      else if (event === "state" || event === "restart" || event === "checkpoint_deleted") {
         if (event === "restart") metricCharts.addRestart(data.attempt, Number(seq));
         addTimelineItem(timeline, event, data);
         refreshSoon();
@@ -243,10 +250,21 @@ function summaryItems(job) {
   return items.map(([term, value]) => h("div", { class: "summary-item" }, h("dt", {}, term), h("dd", {}, value)));
 }
 
+const RETIRED = "checkpoint_deleted";
+
+// One entry per state or restart; a run of `checkpoint_deleted` events (retention retiring old
+// checkpoints, one per save on a long job) is one entry, "N checkpoints deleted by retention",
+// that opens to list them.
 function addTimelineItem(list, event, data) {
   const ts = typeof data.ts === "number" ? data.ts * 1000 : null;
-  const previous = list.lastElementChild?.dataset.ts;
-  const delta = ts && previous ? ` (+${formatDuration((ts - Number(previous)) / 1000)})` : "";
+  if (event === RETIRED) {
+    const last = list.lastElementChild;
+    const group = last?.dataset.state === RETIRED ? last : list.appendChild(retiredGroup(ts, previousTs(list)));
+    addRetired(group, data);
+    return;
+  }
+  const previous = previousTs(list);
+  const delta = ts && previous ? ` (+${formatDuration((ts - previous) / 1000)})` : "";
   const details = [];
   if (event === "restart") {
     details.push(`elastic restart ${data.restart} of ${data.max_restarts}`);
@@ -255,14 +273,54 @@ function addTimelineItem(list, event, data) {
     if (data.worker) details.push(`on ${data.worker}`);
     if (data.exit_code !== undefined && data.exit_code !== null) details.push(`exit code ${data.exit_code}`);
   }
+  const badge =
+    event === "state"
+      ? stateBadge(data.state)
+      : h("span", { class: `badge state-${event === "restart" ? "restart" : "event"}` }, event.replaceAll("_", " "));
   const item = h(
     "li",
-    { class: "timeline-item", dataset: { state: data.state || event, ts: ts ?? "" } },
-    event === "restart" ? h("span", { class: "badge state-restart" }, "restart") : stateBadge(data.state),
+    { class: "timeline-item", dataset: { state: event === "state" ? data.state : event, ts: ts ?? "" } },
+    badge,
     h("time", { class: "small muted" }, ts ? `${formatTime(ts)}${delta}` : ""),
     details.length ? h("span", { class: "small" }, details.join(" · ")) : null,
     data.exit_reason ? h("span", { class: "exit-reason" }, data.exit_reason) : null,
     data.message ? h("p", { class: "timeline-message" }, data.message) : null,
   );
   list.append(item);
+}
+
+function previousTs(list) {
+  const value = list.lastElementChild?.dataset.ts;
+  return value ? Number(value) : null;
+}
+
+function retiredGroup(ts, previous) {
+  const delta = ts && previous ? ` (+${formatDuration((ts - previous) / 1000)})` : "";
+  return h(
+    "li",
+    { class: "timeline-item timeline-group", dataset: { state: RETIRED, ts: ts ?? "", count: "0" } },
+    h("span", { class: "badge state-event" }, "retention"),
+    h("time", { class: "small muted" }, ts ? `${formatTime(ts)}${delta}` : ""),
+    h("details", {}, h("summary", {}), h("ul", {})),
+  );
+}
+
+function addRetired(group, data) {
+  const count = Number(group.dataset.count) + 1;
+  group.dataset.count = String(count);
+  if (typeof data.ts === "number") group.dataset.ts = String(data.ts * 1000);
+  const what = count === 1 ? "1 checkpoint deleted by retention" : `${count} checkpoints deleted by retention`;
+  group.querySelector("summary").textContent = what;
+  const where = [data.step !== null && data.step !== undefined ? `step ${data.step}` : null, data.epoch !== null && data.epoch !== undefined ? `epoch ${data.epoch}` : null];
+  const label = where.filter(Boolean).join(", ") || data.id;
+  group.querySelector("ul").append(h("li", { title: data.path || "" }, label));
+}
+
+// What the metrics panel says while it has no chart: the truth for a job that has ended.
+function noMetricsText(job) {
+  if (!TERMINAL.has(job.state)) return "No metrics reported yet.";
+  const why = job.exit_reason ? ` (${job.exit_reason}${job.message ? `: ${firstLine(job.message)}` : ""})` : "";
+  if (job.state === "failed") return `The job failed before reporting a metric${why}.`;
+  if (job.state === "cancelled") return "The job was cancelled before reporting a metric.";
+  return "The job ended without reporting a metric.";
 }

@@ -11,14 +11,14 @@ import {
   firstLine,
   formatNumber,
   h,
-  latestLoss,
+  headlineMetrics,
   showBanner,
   stateBadge,
 } from "../dom.js";
 
 const REFRESH_MS = 2000;
 const PAGE_SIZE = 100;
-const COLUMNS = ["", "Name", "State", "Progress", "Loss", "Attempt", "Age", "Worker", ""];
+const COLUMNS = ["", "Name", "State", "Progress", "Metrics", "Attempt", "Age", "Worker", ""];
 const FILTERS = ["state", "name", "tag", "owner"];
 
 export async function renderJobs(ctx) {
@@ -176,7 +176,7 @@ function newRow(id, afterCancel, onSelect) {
     name: cell("Name"),
     state: cell("State"),
     progress: cell("Progress"),
-    loss: cell("Loss"),
+    metrics: cell("Metrics"),
     attempt: cell("Attempt"),
     age: cell("Age"),
     worker: cell("Worker"),
@@ -202,24 +202,41 @@ function updateRow(row, job, now) {
   const message = job.pending_reason ? `#${job.queue_position}: ${job.pending_reason}` : firstLine(job.message);
   const warnings = job.warnings || [];
   const outcomeKey = `${job.exit_reason}|${job.message}|${message}|${warnings.join("\n")}`;
-  setOnce(row.outcome, outcomeKey, () =>
-    h(
-      "span",
-      { title: job.pending_reason || job.message || "" },
-      job.exit_reason && job.exit_reason !== "completed" ? h("span", { class: "exit-reason" }, job.exit_reason) : null,
-      message ? h("span", { class: "message-line pending-reason" }, message) : null,
-      warnings.length ? warningLine(warnings) : null,
-    ),
-  );
+  setOnce(row.outcome, outcomeKey, () => outcomeLines(job, message, warnings));
   row.outcome.hidden = !((job.exit_reason && job.exit_reason !== "completed") || message || warnings.length);
   const { step, total_steps: total } = job.progress;
   const progressKey = `${step}/${total}`;
   setOnce(row.cells.progress, progressKey, () => progressCell(step, total));
-  row.cells.loss.textContent = formatNumber(latestLoss(job.latest_metrics));
+  const headline = headlineMetrics(job);
+  setOnce(row.cells.metrics, JSON.stringify(headline), () => metricList(headline));
   row.cells.attempt.textContent = String(job.attempt);
   row.cells.age.replaceChildren(ageElement(job.created_at, now));
   row.cells.worker.textContent = job.worker || "—";
   row.cancel.hidden = TERMINAL.has(job.state) || job.state === "cancelling";
+}
+
+// The exit reason, then the message's first line cut to the cell with an ellipsis (all of it
+// on hover), then the warnings: each a line of its own, so none widens the table.
+function outcomeLines(job, message, warnings) {
+  const reason = job.exit_reason && job.exit_reason !== "completed" ? job.exit_reason : null;
+  const full = job.pending_reason || job.message || "";
+  return [
+    reason ? h("span", { class: "exit-reason", title: full }, reason) : null,
+    message ? h("span", { class: "message-line pending-reason", title: full }, message) : null,
+    warnings.length ? warningLine(warnings) : null,
+  ];
+}
+
+// "loss 0.31", "val_loss 0.4", "accuracy 0.91": one line each.
+function metricList(headline) {
+  if (!headline.length) return h("span", { class: "muted" }, "—");
+  return h(
+    "dl",
+    { class: "headline-metrics" },
+    headline.map(([name, value]) =>
+      h("div", { dataset: { metric: name } }, h("dt", {}, name), h("dd", { class: "mono" }, formatNumber(value))),
+    ),
+  );
 }
 
 // "⚠ 2 warnings: <the first>", all of them on hover.
@@ -231,7 +248,7 @@ function warningLine(warnings) {
 function setOnce(cell, key, build) {
   if (cell.dataset.key === key) return;
   cell.dataset.key = key;
-  cell.replaceChildren(build());
+  cell.replaceChildren(...[build()].flat().filter(Boolean));
 }
 
 export function progressCell(step, total) {
