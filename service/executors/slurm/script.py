@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.spec import JobSpec
-from service.slurm.queues import SlurmQueue
+from service.executors.slurm.queues import SlurmQueue
 
 # The prefix of every Slurm job name Launchbay submits: `launchbay-<job id>-<attempt>`.
 JOB_NAME_PREFIX = "launchbay-"
