@@ -62,9 +62,11 @@ class Stack:
         env[PASS_ENV] = ",".join(dict.fromkeys([*passed, SESSION_MARKER]))
         return env
 
-    def start_api(self) -> None:
+    def start_api(self, launchbay: Sequence[str] = (LAUNCHBAY,)) -> None:
+        """`launchbay api` with the stack's environment, `launchbay` being the command (a
+        script that registers an executor first, say)."""
         self.api = start(
-            [LAUNCHBAY, "api", "--host", "127.0.0.1", "--port", str(self.port)],
+            [*launchbay, "api", "--host", "127.0.0.1", "--port", str(self.port)],
             self.env(),
             self.root / "api.log",
         )
