@@ -1,5 +1,6 @@
-"""The Slurm job names Launchbay gives its attempts (`service.slurm.script.slurm_job_name`),
-read back: the service never needs to, the tests do."""
+"""The Slurm job names Launchbay gives its attempts
+(`service.executors.slurm.script.slurm_job_name`), read back: the service never needs to, the
+tests do."""
 
 from service.executors.slurm.script import JOB_NAME_PREFIX
 

@@ -10,7 +10,7 @@ from redis import Redis
 from sqlalchemy import create_engine
 
 from jobs.spec import JobSpec
-from jobs.states import JobState
+from jobs.states import AttemptRef, JobState
 from service.executors import registry
 from service.executors.base import DryRunPlan, NodePlacement, TaskPlan, TaskStatus
 from service.executors.dispatch import DispatchExecutor
@@ -24,7 +24,7 @@ from service.executors.registry import (
     routed_queues,
     secret_env,
 )
-from service.executors.rq import RQExecutor
+from service.executors.rq import RQExecutor, attempt_of_call, attempt_tasks, run_job_args
 from service.executors.slurm import commands
 from service.executors.slurm.executor import SlurmExecutor
 from service.executors.slurm.queues import SlurmQueue, SlurmSettings
@@ -190,3 +190,21 @@ def test_routing_sends_slurm_queues_to_slurm_and_the_rest_to_the_default(
 
 def test_every_backend_s_credentials_are_kept_from_the_ranks() -> None:
     assert {"LAUNCHBAY_REDIS_URL", "REDIS_URL", "REDIS_*", "RQ_*"} <= secret_env()
+
+
+def test_an_rq_task_keeps_the_call_earlier_versions_stored() -> None:
+    """`run_job(id, attempt)` and `run_job(id, attempt, node)`, positionally, as queued by any
+    version; read back in one place."""
+    single, second = TaskPlan("t", "j", 2, None), TaskPlan("t", "j", 2, 1)
+    assert (run_job_args(single), run_job_args(second)) == (("j", 2), ("j", 2, 1))
+    assert attempt_of_call(("j", 2)) == AttemptRef("j", 2, None)
+    assert attempt_of_call(("j", 2, 1)) == AttemptRef("j", 2, 1)
+    assert attempt_of_call(("j", 2, None)) == AttemptRef("j", 2, None)
+    assert attempt_of_call(("j",)) is None
+    nodes = attempt_tasks(
+        job("default").model_copy(update={"spec": {**job("x").spec, "nnodes": 2}})
+    )
+    assert [(t.task_id, t.node) for t in nodes] == [
+        ("a" * 32 + "-1-node0", 0),
+        ("a" * 32 + "-1-node1", 1),
+    ]
