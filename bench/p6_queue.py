@@ -39,7 +39,7 @@ from bench.common import (
 from devstack.procs import SESSION_MARKER, start, stop
 from devstack.stack import Stack
 from jobs.states import JobState
-from service.queue import rq_job_id
+from service.executors.rq import rq_job_id
 
 BARE_QUEUE = "bench-p6-bare"
 RQ = str(Path(sys.executable).parent / "rq")

@@ -17,9 +17,9 @@ from jobs.spec import JobSpec
 from jobs.states import JobState
 from service import store
 from service.db import make_engine, upgrade_database
+from service.executors.dispatch import wake_dispatcher
 from service.scheduling.capacity import dispatch_queue_name
 from service.scheduling.dispatcher import Dispatcher
-from service.scheduling.executor import wake_dispatcher
 from service.scheduling.planner import (
     InUse,
     OwnerUsage,

@@ -9,8 +9,8 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from service.queue import read_worker_records
 from service.settings import Settings
+from service.worker_records import read_worker_records
 
 
 def check_worker_heartbeat(settings: Settings, max_age_s: float | None = None) -> tuple[bool, str]:

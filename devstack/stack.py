@@ -62,11 +62,12 @@ class Stack:
         env[PASS_ENV] = ",".join(dict.fromkeys([*passed, SESSION_MARKER]))
         return env
 
-    def start_api(self, wait: bool = True) -> None:
-        """`launchbay api`, answering once this returns; with `wait` false, only started (then
-        `wait_for_api`), so that workers start while it applies migrations and imports."""
+    def start_api(self, wait: bool = True, launchbay: Sequence[str] = (LAUNCHBAY,)) -> None:
+        """`launchbay api` with the stack's environment (`launchbay` being the command: a script
+        that registers an executor first, say), answering once this returns; with `wait` false,
+        only started (then `wait_for_api`), so that workers start while it applies migrations."""
         self.api = start(
-            [LAUNCHBAY, "api", "--host", "127.0.0.1", "--port", str(self.port)],
+            [*launchbay, "api", "--host", "127.0.0.1", "--port", str(self.port)],
             self.env(),
             self.root / "api.log",
         )

@@ -4,9 +4,9 @@ benchmarks register, to be admitted onto without anything running there."""
 from redis import Redis
 
 from service.models import utcnow
-from service.queue import save_worker
 from service.scheduling.capacity import dispatch_queue_name
 from service.schemas import WorkerRecord
+from service.worker_records import save_worker
 
 
 def register_worker(

@@ -13,7 +13,7 @@ from service.audit import AuditLog, AuditWriter
 from service.db import make_engine, upgrade_database
 from service.deps import get_principal
 from service.errors import install_error_handlers
-from service.executors import make_executor
+from service.executors.registry import make_executor
 from service.hardening import harden_service, make_non_dumpable
 from service.limits import BodySizeLimit
 from service.outages import install_outage_handlers
@@ -94,18 +94,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         app.state.redis = make_redis(settings.redis_url)
         app.state.database_check = CachedDatabaseCheck()
-        reaper = ReaperThread(
-            app.state.engine,
-            make_executor(settings, app.state.redis, app.state.engine),
-            settings,
-        )
+        app.state.executor = make_executor(settings, app.state.redis, app.state.engine)
+        reaper = ReaperThread(app.state.engine, app.state.executor, settings)
         if settings.reaper_enabled:
             reaper.start()
         deliveries = WebhookDispatcher(app.state.engine, settings)
         if settings.webhook_delivery_enabled:
             deliveries.start()
         dispatcher = DispatcherThread(app.state.engine, settings)
-        if settings.scheduler == "dispatcher":
+        if settings.uses_dispatcher:
             dispatcher.start()
         app.state.stream_notifier = StreamNotifier(
             app.state.engine,

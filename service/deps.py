@@ -20,8 +20,7 @@ from service import job_refs
 from service.audit import PRINCIPAL_STATE_KEY
 from service.auth import CHALLENGE, Principal, authenticate, known_principal
 from service.errors import Forbidden, Unauthorized
-from service.executor import Executor
-from service.executors import make_executor
+from service.executors.base import Executor
 from service.models import Job
 from service.settings import Settings
 
@@ -54,14 +53,11 @@ async def get_redis(request: Request) -> Redis:
     return redis
 
 
-async def get_executor(
-    redis: Annotated[Redis, Depends(get_redis)],
-    settings: Annotated[Settings, Depends(get_app_settings)],
-    engine: Annotated[Engine, Depends(get_engine)],
-) -> Executor:
-    """The executor the jobs' attempts run on (`service.executors`): RQ, first in first out or
-    under the dispatcher, or Slurm by queue."""
-    return make_executor(settings, redis, engine)
+async def get_executor(request: Request) -> Executor:
+    """The executor the jobs' attempts run on, made at start-up
+    (`service.executors.registry.make_executor`): each queue's own."""
+    executor: Executor = request.app.state.executor
+    return executor
 
 
 # The largest seq (a BIGINT): a larger `after` cannot match and the databases refuse it.

@@ -4,6 +4,10 @@ jobs whose tasks the executor lost (for RQ: Redis lost the queue entry).
 It runs every `reaper_interval_s`, in a thread of the API process (unless `reaper_enabled` is
 off) and as `launchbay reaper`. Each pass:
 
+- each executor that says how its allocations end (`reports_ends`: Slurm) is asked about
+  its queued and active jobs: an allocation that ended without its supervisor recording it
+  ends the attempt as the backend tells, and a queued job shows why it waits
+  (`reap_ended_tasks`);
 - a starting, running or cancelling job whose last heartbeat (or, before the first, its
   start) is older than `reaper_lost_after_s` has lost its worker: a cancelling one becomes
   `cancelled`; another is retried (`service.store.end_attempt`: queued as attempt + 1, then
@@ -44,13 +48,14 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.states import ACTIVE_STATES, ExitReason, JobState, NodeState
 from service.db import session_scope
-from service.executor import (
+from service.executors.base import (
     Executor,
     ExecutorUnavailable,
     TaskStatus,
     lost_tasks,
     submit_retry,
 )
+from service.executors.registry import parts_of
 from service.models import Job, utcnow
 from service.outages import outage_of
 from service.readiness import write_to_database
@@ -108,9 +113,9 @@ def reap_once(
     now = now or utcnow()
     report = ReapReport()
     try:
-        reap_ended_tasks(engine, executor, settings, report)
+        reap_ended_tasks(engine, executor, report)
     except ExecutorUnavailable as exc:
-        log.warning("reaper: cannot ask Slurm: %s", exc)
+        log.warning("reaper: cannot ask the executor how allocations ended: %s", exc)
     if reap_lost:
         reap_lost_jobs(engine, executor, settings, now, report)
         reap_lost_nodes(engine, executor, settings, now, report)
@@ -122,31 +127,36 @@ def reap_once(
     return report
 
 
-def reap_ended_tasks(
-    engine: Engine, executor: Executor, settings: Settings, report: ReapReport
+def reap_ended_tasks(engine: Engine, executor: Executor, report: ReapReport) -> None:
+    """The queued and active jobs of every executor that `reports_ends` (Slurm), asked how
+    their allocations are: one that ended while the job is still queued or active ended
+    without the supervisor inside recording it (its backend stopped it at the time limit,
+    preempted or cancelled it, or its node failed), so the end is recorded as the backend
+    tells it (`TaskStatus.ended`). A job cancelling whose allocation still runs gets it
+    cancelled in the backend as well; a queued one shows why it waits (`note_pending`)."""
+    for part, queues in parts_of(executor):
+        if not part.reports_ends or not queues:
+            continue
+        with session_scope(engine) as session:
+            jobs = find_jobs_on_queues(session, sorted(queues), [JobState.QUEUED, *ACTIVE_STATES])
+        if jobs:
+            record_ended_tasks(engine, part, executor, jobs, report)
+
+
+def record_ended_tasks(
+    engine: Engine, part: Executor, executor: Executor, jobs: Sequence[Job], report: ReapReport
 ) -> None:
-    """Jobs on Slurm queues (`LAUNCHBAY_SLURM_QUEUES`) whose allocation Slurm has ended while
-    the job is still queued or active: the supervisor inside could not record the end (Slurm
-    stopped it at the time limit, preempted or cancelled it, or its node failed), so the end
-    is recorded as Slurm tells it (`service.slurm.states`). A job cancelling whose allocation
-    still runs gets it cancelled in Slurm (`scancel`) as well."""
-    if not settings.slurm_queues:
-        return
-    with session_scope(engine) as session:
-        jobs = find_jobs_on_queues(
-            session, list(settings.slurm_queues), [JobState.QUEUED, *ACTIVE_STATES]
-        )
-    if not jobs:
-        return
-    described = executor.describe(jobs)
+    """`reap_ended_tasks` for the jobs of one executor (`part`); a retry is submitted to the
+    process's `executor`."""
+    described = part.describe(jobs)
     for job in jobs:
         tasks = described.get(job.id, [])
         cancelling = job.state == JobState.CANCELLING
         if cancelling and any(t.live for t in tasks):
-            executor.cancel(job)
+            part.cancel(job)
             continue
         if job.state == JobState.QUEUED:
-            note_slurm_pending(engine, job, tasks)
+            note_pending(engine, job, tasks)
         ended = next((t.ended for t in tasks if t.ended is not None), None)
         if ended is None or any(t.live for t in tasks):
             continue
@@ -167,11 +177,10 @@ def reap_ended_tasks(
         submit_retry(executor, end)
 
 
-def note_slurm_pending(engine: Engine, job: Job, tasks: Sequence[TaskStatus]) -> None:
-    """A queued Slurm job's `pending_reason`: Slurm's own (squeue's REASON, e.g. `Resources`,
-    `Priority`), while the job is still queued at this attempt."""
-    reason = next((t.pending_reason for t in tasks if t.pending_reason), None)
-    text = f"Slurm: {reason}" if reason else None
+def note_pending(engine: Engine, job: Job, tasks: Sequence[TaskStatus]) -> None:
+    """A queued job's `pending_reason` as its executor's backend gives it (Slurm's squeue
+    REASON: `Slurm: Resources`), while the job is still queued at this attempt."""
+    text = next((t.pending_reason for t in tasks if t.pending_reason), None)
     if text == job.pending_reason:
         return
     with engine.begin() as connection:
@@ -323,7 +332,7 @@ class ReaperThread(threading.Thread):
 def run_reaper(interval_s: float | None = None, once: bool = False) -> None:
     """`launchbay reaper`: run passes until interrupted (or one, with `once`)."""
     from service.db import make_engine
-    from service.executors import make_executor
+    from service.executors.registry import make_executor
     from service.settings import get_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")

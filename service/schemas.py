@@ -255,7 +255,7 @@ class WorkerReservation(BaseModel):
 
 class WorkerRecord(WorkerPublic):
     """What each `launchbay worker` keeps about itself in Redis (`worker.main`, refreshed with
-    every heartbeat, `service.queue.save_worker_record`): the workers of a host read it to
+    every heartbeat, `service.worker_records.save_worker_record`): the workers of a host read it to
     refuse each other's GPUs, the API answers its public part."""
 
     # The UUIDs of its GPUs, in the order of `devices` (worker/devices.py).

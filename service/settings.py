@@ -1,4 +1,7 @@
-"""Every setting, read from `LAUNCHBAY_*` environment variables by one cached factory."""
+"""The service's settings, read from `LAUNCHBAY_*` environment variables by one cached factory.
+
+An executor's own settings (`LAUNCHBAY_SLURM_QUEUES`) are its own model, read from the
+environment by the executor registry (`service.executors.registry`)."""
 
 import re
 import socket
@@ -11,7 +14,6 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from jobs.contract.data_dir import DataLayout
 from jobs.spec import DEVICE_ENV, LAUNCHER_ENV
-from service.slurm.queues import SlurmQueue, check_queue_names
 
 UPLOAD_PATH = "/v1/code"
 ARTIFACT_STORE_PATTERN = r"^(local|s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?)$"
@@ -191,15 +193,6 @@ class Settings(BaseSettings):
     # `GET /v1/jobs` counts matching jobs exactly up to this many; above, `total` is this
     # number and `total_is_estimate` is true (a count's cost grows with what it counts).
     job_count_exact_limit: int = Field(default=1000, ge=1)
-    # Queues whose jobs go to Slurm, as JSON: {"queue": {"partition": ..., "account": ...,
-    # "time_limit": ...}} (docs/slurm.md); every other queue is RQ's.
-    slurm_queues: dict[str, SlurmQueue] = {}
-
-    @field_validator("slurm_queues")
-    @classmethod
-    def _slurm_queue_names(cls, value: dict[str, SlurmQueue]) -> dict[str, SlurmQueue]:
-        check_queue_names(value)
-        return value
 
     @field_validator(
         "allowed_queues", "forbidden_env", "pip_find_links", "job_pass_env", mode="before"
@@ -220,6 +213,11 @@ class Settings(BaseSettings):
             if not PASS_ENV_PATTERN.match(item):
                 raise ValueError(f"{item!r} is not a variable name, nor a prefix ending in *")
         return value
+
+    @property
+    def uses_dispatcher(self) -> bool:
+        """Whether the dispatcher admits the jobs of the workers' queues (LAUNCHBAY_SCHEDULER)."""
+        return self.scheduler == "dispatcher"
 
     @property
     def resolved_database_url(self) -> str:

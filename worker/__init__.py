@@ -9,7 +9,8 @@ ingest what its ranks write, and record how it ended.
         heartbeat: the attempt's heartbeat, in a thread beside the loop
         outcome: why it ended; attempt_end records it (a retried failure goes back to the
             queue as the next attempt)
-    slurm_node: the same take_attempt and run_taken on a node of a Slurm allocation, no RQ
+    node: the same take_attempt and run_taken on a node of an executor's allocation, no RQ
+        (slurm_node: the name Slurm's sbatch scripts call it by)
     main.run_worker: the RQ worker process (`launchbay worker`) and its own heartbeat
     devices: the GPUs or CPU slots a worker owns, its jobs' size limit, GPUs kept apart
     orphans: stop what attempts whose supervisor died left behind

@@ -2,7 +2,7 @@
 monitored (`worker.monitor`) with its heartbeat beside (`worker.heartbeat`), and record how
 it ended (`worker.attempt_end`, through `service.store.end_attempt`): a failure whose exit
 reason is retried, while the spec's `max_retries` allow, puts the job back to `queued` as the
-next attempt, which the executor then submits (`service.executor.submit_retry`).
+next attempt, which the executor then submits (`service.executors.base.submit_retry`).
 
 Every state change is conditional (`service.store.transition_job` with the attempt), so an
 attempt that was cancelled while queued, taken by someone else or retried is left alone.
@@ -133,7 +133,7 @@ def take_attempt(
 
 def reserved_for(services: AttemptServices, ref: AttemptRef) -> tuple[str, ...] | None:
     """The devices the dispatcher reserved for this node of the attempt, if it did."""
-    if services.settings.scheduler != "dispatcher":
+    if not services.settings.uses_dispatcher:
         return None
     with services.engine.connect() as connection:
         found = reservations_of(connection, ref.job_id, ref.attempt)

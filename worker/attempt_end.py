@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 
 from jobs.states import AttemptRef, ExitReason, JobState, NodeState
 from service.db import session_scope
-from service.executor import Executor, submit_retry
+from service.executors.base import Executor, submit_retry
 from service.store import (
     AttemptEnd,
     add_job_warnings,

@@ -19,8 +19,8 @@ from sqlalchemy.pool import Pool
 
 from jobs.states import AttemptRef
 from service.db import make_engine
-from service.executor import Executor
-from service.executors import make_executor
+from service.executors.base import Executor
+from service.executors.registry import make_executor
 from service.settings import Settings, get_settings
 
 if TYPE_CHECKING:

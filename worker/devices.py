@@ -299,7 +299,7 @@ def find_gpu_conflicts(
     own_name: str,
     uuids: Sequence[str] = (),
 ) -> dict[str, list[str]]:
-    """The other live workers (from their records, `service.queue`) that own some of our
+    """The other live workers (from their records, `service.worker_records`) that own some of our
     GPUs: {worker name: our ids of the GPUs both own}. Where both sides know their GPUs'
     UUIDs (`uuids`, in the order of `devices.gpus`; a record's `gpu_uuids`) those are
     compared, on any host; else the ids as written, on the same host."""

@@ -13,7 +13,7 @@ first sent SIGTERM, which its supervisor takes as "stop the job's processes, rec
 attempt as `worker_lost`, return"; only then is it killed. A horse whose worker dies without
 a word (SIGKILL) gets the same SIGTERM from the kernel (``PR_SET_PDEATHSIG``).
 
-Each worker keeps a record of itself in Redis (`service.queue.worker_key`, a short TTL) for
+Each worker keeps a record of itself in Redis (`service.worker_records`, a short TTL) for
 GET /v1/workers: its host (`LAUNCHBAY_WORKER_HOST`), queues, devices (`worker.devices`),
 current job and last heartbeat, refreshed every `heartbeat_interval_s` from RQ's own loop
 (RQ's dequeue timeout and job monitoring interval are set to that interval). Redis going away
@@ -42,18 +42,14 @@ from rq.executions import Execution
 from rq.job import Job as RQJob
 from rq.worker import SHUTDOWN_SIGNAL
 
+from service.executors.dispatch import wake_dispatcher
+from service.executors.rq import RUN_JOB_TASK, attempt_of_call
 from service.hardening import harden_service
 from service.models import utcnow
-from service.queue import (
-    RUN_JOB_TASK,
-    delete_worker_record,
-    read_worker_records,
-    save_worker,
-)
 from service.scheduling.capacity import dispatch_queue_name, is_dispatch_queue
-from service.scheduling.executor import wake_dispatcher
 from service.schemas import WorkerJob, WorkerRecord
 from service.settings import Settings, get_settings
+from service.worker_records import delete_worker_record, read_worker_records, save_worker
 from worker import tasks
 from worker.devices import (
     CudaInfo,
@@ -91,10 +87,10 @@ def _exited(pid: int) -> bool:
 
 def current_job(args: Sequence[Any]) -> WorkerJob | None:
     """What GET /v1/workers shows of a task `run_job(id, attempt[, node])` being run."""
-    if len(args) not in (2, 3):
+    ref = attempt_of_call(args)
+    if ref is None:
         return None
-    node = int(args[2]) if len(args) == 3 and args[2] is not None else None
-    return WorkerJob(id=str(args[0]), attempt=int(args[1]), node=node)
+    return WorkerJob(id=ref.job_id, attempt=ref.attempt, node=ref.node)
 
 
 class LaunchbayWorker(Worker):

@@ -19,14 +19,17 @@ and the spec's `env` and Launchbay's own on top (`worker.launch.build_env`):
   held back: it is a credential.
 
 `LAUNCHBAY_JOB_PASS_ENV` names more (names, or prefixes ending in ``*``), passed as they are.
-Whatever it says, the service's own credentials (`NEVER_PASSED`) never reach a rank, nor what
-a launcher sets for each rank.
+Whatever it says, the service's own credentials (`NEVER_PASSED`) never reach a rank, nor
+those each executor's backend and each artifact store says are theirs (`backend_secret_env`:
+the RQ executor's Redis, the S3 store's `AWS_*`), nor what a launcher sets for each rank.
 """
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from jobs.spec import LAUNCHER_ENV
+from service.artifacts import SECRET_ENV as STORE_SECRET_ENV
+from service.executors.registry import secret_env as executor_secret_env
 
 PASSED_NAMES = frozenset(
     {
@@ -73,17 +76,14 @@ NEVER_PASSED = frozenset(
         "LAUNCHBAY_ADMIN_TOKEN",
         "LAUNCHBAY_TOKEN",
         "LAUNCHBAY_DATABASE_URL",
-        "LAUNCHBAY_REDIS_URL",
         "LAUNCHBAY_PIP_INDEX_URL",
         "LAUNCHBAY_PIP_FIND_LINKS",
         "DATABASE_URL",
-        "REDIS_URL",
     }
 )
-# Nor the settings of the service's own Redis, RQ and PostgreSQL clients (passwords included),
-# nor its identity in the artifact store (AWS_*: keys, profiles, web-identity token files), nor
-# a launcher's variables of an earlier run (they would only mislead this one).
-NEVER_PASSED_PREFIXES = ("REDIS_", "RQ_", "PG", "POSTGRES_", "AWS_", "TORCHELASTIC_")
+# Nor the settings of the service's own PostgreSQL clients (passwords included), nor a
+# launcher's variables of an earlier run (they would only mislead this one).
+NEVER_PASSED_PREFIXES = ("PG", "POSTGRES_", "TORCHELASTIC_")
 # `scheme://user:password@` (or `user:password@` with no scheme) at the start of a value.
 URL_PASSWORD = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.\-]*://)?[^/@\s:]*:[^/@\s]*@")
 
@@ -99,8 +99,20 @@ def matches(name: str, patterns: Iterable[str]) -> bool:
     return False
 
 
-def never_passed(name: str) -> bool:
-    return name in NEVER_PASSED or name in LAUNCHER_ENV or name.startswith(NEVER_PASSED_PREFIXES)
+def backend_secret_env() -> frozenset[str]:
+    """The credentials' variables (names, or prefixes ending in ``*``) that the executors'
+    backends and the artifact stores keep from the ranks, in use or not."""
+    return executor_secret_env() | STORE_SECRET_ENV
+
+
+def never_passed(name: str, secrets: Iterable[str]) -> bool:
+    """Whether `name` is a credential (`secrets`: `backend_secret_env()`) or a launcher's."""
+    return (
+        name in NEVER_PASSED
+        or name in LAUNCHER_ENV
+        or name.startswith(NEVER_PASSED_PREFIXES)
+        or matches(name, secrets)
+    )
 
 
 def holds_password(value: str) -> bool:
@@ -111,8 +123,9 @@ def passed_env(base_env: Mapping[str, str], extra: Sequence[str] = ()) -> dict[s
     """What a rank gets of `base_env` (the worker's environment): the allow-list above, and
     the names or prefixes of `extra` (`LAUNCHBAY_JOB_PASS_ENV`)."""
     passed = {}
+    secrets = backend_secret_env()
     for name, value in base_env.items():
-        if never_passed(name):
+        if never_passed(name, secrets):
             continue
         if matches(name, extra) or (built_in(name) and not holds_password(value)):
             passed[name] = value
@@ -121,12 +134,13 @@ def passed_env(base_env: Mapping[str, str], extra: Sequence[str] = ()) -> dict[s
 
 def held_back(base_env: Mapping[str, str], extra: Sequence[str] = ()) -> list[str]:
     """The allow-listed names of `base_env` whose value is held back for its password."""
+    secrets = backend_secret_env()
     return sorted(
         name
         for name, value in base_env.items()
         if built_in(name)
         and holds_password(value)
-        and not never_passed(name)
+        and not never_passed(name, secrets)
         and not matches(name, extra)
     )
 

@@ -1,4 +1,4 @@
-"""RQ entry points, kept thin: `service.queue.RUN_JOB_TASK` names `run_job` here.
+"""RQ entry points, kept thin: `service.executors.rq.RUN_JOB_TASK` names `run_job` here.
 
 The worker takes each attempt itself, just before RQ forks the work horse that runs it
 (`claim`, called by `worker.main.LaunchbayWorker`): its database connection is warm, a freshly

@@ -9,7 +9,7 @@ from redis import Redis
 from bench.gpu_check.report import Row, excerpt, not_run, passed, verdict
 from bench.gpu_check.session import Session, nvidia_smi
 from devstack.stack import LAUNCHBAY
-from service.queue import load_worker_records
+from service.worker_records import load_worker_records
 
 CUDA_ONLY = "needs CUDA: this run is --cpu"
 # A GPU no machine has: given to a worker, CUDA sees no device at all.

@@ -10,7 +10,7 @@ data live at these paths: they do not change.
                             multi-node attempt: `worker.launch.RunPaths` says what is inside)
         checkpoints/        where its ranks write checkpoints (LAUNCHBAY_CHECKPOINT_DIR),
                             shared by its nodes
-      slurm-<n>.out         attempt n's Slurm allocation output (`service.slurm`)
+      slurm-<n>.out         attempt n's Slurm allocation output (`service.executors.slurm`)
     checkpoints/<job>/    the checkpoints Launchbay registered, its own copies (which no job
                           writes); in the artifact store under the same key
     artifacts/<job>/      the job's artifacts (LAUNCHBAY_OUTPUT_DIR), shared by its attempts

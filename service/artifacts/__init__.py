@@ -12,6 +12,7 @@ from service.artifacts.local import LocalStore
 from service.settings import Settings
 
 __all__ = [
+    "SECRET_ENV",
     "ArtifactStore",
     "LocalStore",
     "ObjectMissing",
@@ -22,6 +23,12 @@ __all__ = [
     "open_store",
     "store_for",
 ]
+
+
+# The stores' credentials in the environment (S3Store's identity: keys, profiles, web-identity
+# token files), kept from the ranks (`worker.passed_env`); here, so that S3's client is not
+# imported for it.
+SECRET_ENV = frozenset({"AWS_*"})
 
 
 def code_key(code_id: str) -> str:

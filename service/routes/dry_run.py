@@ -1,6 +1,7 @@
 """`POST /v1/dry-run`: what submitting this spec would launch, without storing it or
-launching anything (`launchbay submit --dry-run`): the executor, its tasks, and for a Slurm
-queue the exact sbatch script."""
+launching anything (`launchbay submit --dry-run`): what the executor of the job's queue says
+it would launch (`Executor.dry_run`): its name, its tasks, and the text its backend would be
+handed, if any (for a Slurm queue, the exact sbatch script)."""
 
 from fastapi import APIRouter
 from pydantic import BaseModel
@@ -9,7 +10,6 @@ from jobs.spec import JobSpec
 from jobs.states import JobState
 from service import code_store, policy
 from service.deps import CurrentPrincipal, ExecutorDep, SessionDep, SettingsDep
-from service.executors import slurm_executor_for
 from service.models import Job
 from service.store.lifecycle import new_id
 
@@ -53,13 +53,12 @@ def dry_run_job(
         queue=spec.queue,
         attempt=1,
     )
-    slurm = slurm_executor_for(executor, job)
-    plans = executor.plan(job)
+    plan = executor.dry_run(job)
     return DryRun(
         job_id=job.id,
         queue=job.queue,
-        executor="rq" if slurm is None else "slurm",
+        executor=plan.executor,
         spec=spec,
-        tasks=[PlannedTask(task_id=p.task_id, node=p.node) for p in plans],
-        sbatch_script=None if slurm is None else slurm.sbatch_plan(job).script,
+        tasks=[PlannedTask(task_id=t.task_id, node=t.node) for t in plan.tasks],
+        sbatch_script=plan.script,
     )

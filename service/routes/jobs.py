@@ -29,7 +29,7 @@ from service.errors import (
     InvalidTransition,
     ServiceUnavailable,
 )
-from service.executor import ExecutorUnavailable
+from service.executors.base import ExecutorUnavailable
 from service.models import Job
 from service.scheduling.submission import check_schedulable
 from service.schemas import JobPublic, JobsPublic

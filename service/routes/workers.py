@@ -7,9 +7,9 @@ from sqlmodel import col, select
 from service.deps import CurrentPrincipal, RedisDep, SessionDep
 from service.models import Job
 from service.outages import Outage, outage_of, unavailable_error
-from service.queue import load_worker_records
 from service.scheduling.capacity import active_reservations, reservations_by_worker
 from service.schemas import WorkerPublic, WorkerReservation, WorkersPublic
+from service.worker_records import load_worker_records
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"])
 

@@ -9,6 +9,9 @@ at once, then hands each node to its worker.
     lease       the leader lease with its fencing token
     admission   the transaction that admits, checked against the lease
     readmission a job admitted onto a worker gone before taking it, queued as its next attempt
-    executor    the RQ executor whose `submit` wakes the dispatcher
     dispatcher  the thread in each API process that takes the lease and dispatches
+    submission  what a submission must meet under the dispatcher (could it ever fit?)
+
+Its executor, the RQ one whose `submit` wakes the dispatcher and which hands admitted nodes
+over to their workers, is `service.executors.dispatch`.
 """

@@ -8,9 +8,9 @@ from redis import Redis
 from sqlalchemy import Connection, select
 
 from service.models import JobReservation
-from service.queue import load_worker_records
 from service.scheduling.planner import WorkerCapacity
 from service.schemas import WorkerRecord
+from service.worker_records import load_worker_records
 
 # Each worker's own RQ queue, on which the dispatcher hands it the nodes it admitted there.
 DISPATCH_QUEUE_PREFIX = "launchbay.worker."

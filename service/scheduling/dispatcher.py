@@ -1,6 +1,6 @@
 """The dispatcher: a thread in every API process; the one holding the lease (`lease`)
 dispatches, the others wait to take over. A pass runs when something wakes it (a
-submission, the end of any attempt: `executor.wake_dispatcher`), else every
+submission, the end of any attempt: `service.executors.dispatch.wake_dispatcher`), else every
 `dispatch_interval_s`:
 
 1. read the live workers (Redis) and the reservations, queue, usage and policies (database);
@@ -10,8 +10,8 @@ submission, the end of any attempt: `executor.wake_dispatcher`), else every
    went away before taking it (`readmission`), reserve the devices of every admitted job
    (planning again without a job that admission refused, so that its workers go to the jobs
    behind it: `admit_in_rounds`), ask preempted jobs to stop;
-4. after the commit, hand each admitted node to its worker (`executor.hand_over`), then show
-   each waiting job's position and reason.
+4. after the commit, hand each admitted node to its worker
+   (`service.executors.dispatch.hand_over`), then show each waiting job's position and reason.
 
 A dispatcher that dies between 3 and 4 leaves admitted jobs without tasks: the reaper
 finds them (`DispatchExecutor.describe`) and hands them over again.
@@ -33,7 +33,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from jobs.states import JobState
-from service.executor import ExecutorUnavailable
+from service.executors.base import ExecutorUnavailable
+from service.executors.dispatch import WAKE_KEY, hand_over
+from service.executors.registry import routed_queues
 from service.models import Job, utcnow
 from service.scheduling import admission
 from service.scheduling.capacity import (
@@ -42,7 +44,6 @@ from service.scheduling.capacity import (
     live_capacity,
     live_lanes,
 )
-from service.scheduling.executor import WAKE_KEY, hand_over
 from service.scheduling.lease import Lease, LeaseLost, new_holder_name, release_lease, take_lease
 from service.scheduling.planner import (
     InUse,
@@ -55,7 +56,6 @@ from service.scheduling.planner import (
 )
 from service.scheduling.policies import Policies, load_policies
 from service.scheduling.preemption import PREEMPTED_MESSAGE, preemption_message
-from service.scheduling.routing import queues_scheduled_elsewhere
 from service.scheduling.usage import usage_since
 from service.settings import Settings
 from service.store.lifecycle import transition
@@ -153,6 +153,8 @@ class Dispatcher:
     redis: Redis
     settings: Settings
     holder: str = field(default_factory=new_holder_name)
+    # The queues another executor owns (Slurm's): their jobs are not the dispatcher's.
+    elsewhere: frozenset[str] = field(default_factory=routed_queues)
     lease: Lease | None = None
     renewed_at: float = 0.0
     # What the planner needs of each queued job's spec, read once (`admission.load_queue`).
@@ -228,7 +230,7 @@ class Dispatcher:
                 connection,
                 {(r.job_id, r.attempt) for r in held},
                 self.known_specs,
-                queues_scheduled_elsewhere(settings),
+                self.elsewhere,
             )
             # A lost admission's job is planned as the attempt it becomes this pass (`release`).
             waiting = [

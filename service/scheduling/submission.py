@@ -32,7 +32,7 @@ def check_schedulable(
                     {"loc": ["body", "priority"], "msg": f"at most {highest}", "type": "policy"}
                 ],
             )
-    if settings.scheduler != "dispatcher":
+    if not settings.uses_dispatcher:
         return
     devices = spec.nnodes * spec.nproc_per_node
     quota = policies.limits_of(principal.name).max_devices

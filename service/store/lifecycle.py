@@ -309,7 +309,7 @@ def requeue_job(
 class AttemptEnd:
     """What recording the end of an attempt did: whether the job's state changed, and the job
     queued again as its next attempt, for the caller to submit once committed
-    (`service.executor.submit_retry`)."""
+    (`service.executors.base.submit_retry`)."""
 
     recorded: bool = False
     retried: Job | None = None

@@ -1,6 +1,7 @@
 """`POST /v1/dry-run` over a real database and Redis: what would be launched, nothing
 stored; bad input gets the error body."""
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -8,17 +9,20 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
+from service.executors.slurm.queues import SlurmQueue
 from service.settings import Settings
-from service.slurm.queues import SlurmQueue
 from tests.integration.conftest import ADMIN, count_jobs
 
 SPEC = {"name": "dry", "recipe": "synthetic", "nproc_per_node": 2}
 
 
 @pytest.fixture
-def slurm_settings(settings: Settings) -> Settings:
-    queues = {"hpc": SlurmQueue(partition="gpu", account="ml", time_limit="60")}
-    return settings.model_copy(update={"slurm_queues": queues})
+def slurm_settings(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The service's settings, with the Slurm executor's own (`LAUNCHBAY_SLURM_QUEUES`)
+    in the environment the API reads them from."""
+    queue = SlurmQueue(partition="gpu", account="ml", time_limit="60")
+    monkeypatch.setenv("LAUNCHBAY_SLURM_QUEUES", json.dumps({"hpc": queue.model_dump()}))
+    return settings
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from jobs.states import JobState
 from service import store
 from service.app import create_app
 from service.db import make_engine
-from service.executors import make_executor
+from service.executors.registry import make_executor
 from service.models import JobReservation, utcnow
 from service.reaper import reap_once
 from service.scheduling.admission import admit

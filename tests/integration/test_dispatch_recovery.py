@@ -22,14 +22,14 @@ from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
 from service import store
 from service.db import make_engine
-from service.executors import make_executor
+from service.executors.registry import make_executor
 from service.models import Job, JobEvent, JobReservation, utcnow
-from service.queue import worker_key
 from service.reaper import reap_once
 from service.scheduling import admission
 from service.scheduling.capacity import active_reservations, dispatch_queue_name
 from service.scheduling.dispatcher import Dispatcher
 from service.settings import Settings
+from service.worker_records import worker_key
 
 NOOP = {"name": "noop", "recipe": "synthetic", "nproc_per_node": 1}
 

@@ -14,8 +14,8 @@ from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState, NodeState
 from service import store
 from service.db import session_scope
+from service.executors.rq import RQExecutor, attempt_tasks, enqueue_attempt, rq_job_id
 from service.models import Job, JobEvent, JobNode, utcnow
-from service.queue import RQExecutor, attempt_tasks, enqueue_attempt, rq_job_id
 from service.reaper import reap_once
 from service.settings import Settings
 
@@ -177,7 +177,7 @@ def test_the_tasks_of_every_node_are_enqueued_together(engine: Engine, redis_url
         assert [queue.fetch_job(i).args for i in queue.job_ids] == [  # type: ignore[union-attr]
             (job_id, 1, n) for n in range(3)
         ]
-        assert [t for t, _ in attempt_tasks(job_of(engine, job_id))] == queue.job_ids
+        assert [t.task_id for t in attempt_tasks(job_of(engine, job_id))] == queue.job_ids
     finally:
         redis.close()
 

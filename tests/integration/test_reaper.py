@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -24,10 +24,11 @@ from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
 from service import store
 from service.db import make_engine, session_scope
-from service.executor import TaskStatus
+from service.executors.base import DryRunPlan, TaskEnd, TaskPlan, TaskStatus
+from service.executors.registry import RoutingExecutor
+from service.executors.rq import RQExecutor, enqueue_attempt, rq_job_id
 from service.models import Job, JobEvent, utcnow
-from service.queue import RQExecutor, enqueue_attempt, rq_job_id
-from service.reaper import ReapReport, note_slurm_pending, reap_once
+from service.reaper import ReapReport, note_pending, reap_once
 from service.settings import Settings
 
 LAUNCHBAY = str(Path(sys.executable).parent / "launchbay")
@@ -265,17 +266,79 @@ def test_a_queued_slurm_job_says_why_slurm_keeps_it_waiting(env: Env) -> None:
     running = env.job()
 
     for job_id in (queued, running):  # as SlurmExecutor.describe tells a PENDING allocation
-        pending = [TaskStatus(job_id, live=True, pending_reason="Resources")]
-        note_slurm_pending(env.engine, env.get(job_id), pending)
+        pending = [TaskStatus(job_id, live=True, pending_reason="Slurm: Resources")]
+        note_pending(env.engine, env.get(job_id), pending)
     assert env.get(queued).pending_reason == "Slurm: Resources"
     assert env.get(running).pending_reason is None
-    note_slurm_pending(env.engine, env.get(queued), [TaskStatus(queued, live=True)])
+    note_pending(env.engine, env.get(queued), [TaskStatus(queued, live=True)])
     assert env.get(queued).pending_reason is None
     # However long Slurm's reason, what is stored fits the column.
-    long = [TaskStatus(queued, live=True, pending_reason="x" * 2000)]
-    note_slurm_pending(env.engine, env.get(queued), long)
+    long = [TaskStatus(queued, live=True, pending_reason="Slurm: " + "x" * 2000)]
+    note_pending(env.engine, env.get(queued), long)
     assert env.get(queued).pending_reason == "Slurm: " + "x" * (512 - len("Slurm: "))
     # A look taken at an attempt since superseded changes nothing.
     stale = env.get(queued).model_copy(update={"attempt": 7, "pending_reason": None})
-    note_slurm_pending(env.engine, stale, pending)
+    note_pending(env.engine, stale, pending)
     assert (env.get(queued).pending_reason or "").startswith("Slurm: xxx")
+
+
+class EndingExecutor:
+    """An executor whose backend says how allocations end (as Slurm's does): `ends` by job."""
+
+    name = "ending"
+    reports_ends = True
+    secret_env: frozenset[str] = frozenset()
+
+    def __init__(self, ends: dict[str, TaskStatus]) -> None:
+        self.ends = ends
+        self.cancelled: list[str] = []
+
+    def plan(self, job: Job) -> list[TaskPlan]:
+        return [TaskPlan(job.id, job.id, job.attempt, None)]
+
+    def dry_run(self, job: Job) -> DryRunPlan:
+        return DryRunPlan(self.name, self.plan(job))
+
+    def submit(self, job: Job) -> None:
+        pass
+
+    def describe(self, jobs: Sequence[Job]) -> dict[str, list[TaskStatus]]:
+        return {j.id: [self.ends[j.id]] for j in jobs if j.id in self.ends}
+
+    def resubmit(self, job: Job, task_ids: Sequence[str]) -> None:
+        pass
+
+    def cancel(self, job: Job) -> None:
+        self.cancelled.append(job.id)
+
+
+def test_every_executor_that_reports_ends_is_asked_about_its_jobs(env: Env) -> None:
+    """An allocation that ended without its supervisor recording it ends the attempt as the
+    backend tells; a cancelling job's live allocation is cancelled; a queued job shows the
+    backend's reason. Jobs of the other queues are not asked about."""
+    far = {"queue": "far"}
+    with session_scope(env.engine) as session:
+        waits = store.create_job(session, JobSpec(name="w", recipe="synthetic", **far)).id
+        here = store.create_job(session, JobSpec(name="h", recipe="synthetic")).id
+    ended, cancelling = env.job(), env.job(state=JobState.CANCELLING)
+    with session_scope(env.engine) as session:
+        session.execute(update(Job).where(col(Job.id).in_([ended, cancelling])).values(queue="far"))
+        session.commit()
+    end = TaskEnd(JobState.FAILED, ExitReason.TIMEOUT, "the allocation hit its time limit")
+    backend = EndingExecutor(
+        {
+            waits: TaskStatus(waits, live=True, pending_reason="Far: Resources"),
+            ended: TaskStatus(ended, live=False, ended=end),
+            cancelling: TaskStatus(cancelling, live=True),
+            here: TaskStatus(here, live=False, ended=end),
+        }
+    )
+    default = RQExecutor(env.redis, grace_s=1)
+    report = reap_once(env.engine, RoutingExecutor(default, {"far": backend}), env.settings)
+
+    assert report.failed == [ended]
+    job = env.get(ended)
+    assert (job.state, job.exit_reason, job.message) == ("failed", "timeout", end.message)
+    assert backend.cancelled == [cancelling]
+    assert env.get(waits).pending_reason == "Far: Resources"
+    assert env.get(here).state == "queued", "the default executor's jobs are not its"

@@ -1,7 +1,8 @@
-"""The Slurm job names Launchbay gives its attempts (`service.slurm.script.slurm_job_name`),
-read back: the service never needs to, the tests do."""
+"""The Slurm job names Launchbay gives its attempts
+(`service.executors.slurm.script.slurm_job_name`), read back: the service never needs to, the
+tests do."""
 
-from service.slurm.script import JOB_NAME_PREFIX
+from service.executors.slurm.script import JOB_NAME_PREFIX
 
 
 def parse_slurm_job_name(name: str) -> tuple[str, int] | None:

@@ -59,10 +59,12 @@ WORKER_MAY_IMPORT = frozenset(
         "service.models",
         "service.settings",
         "service.store",
-        # the executor: the seam, the one this process uses, the RQ side and the worker records
-        "service.executor",
-        "service.executors",
-        "service.queue",
+        # the executors: the seam, the registry (this process's executor, a node's placement,
+        # the backends' secrets), the RQ task's name and shape, the worker records in Redis
+        "service.executors.base",
+        "service.executors.registry",
+        "service.executors.rq",
+        "service.worker_records",
         "service.schemas",
         # the artifact store: checkpoints kept, code and resume checkpoints fetched
         "service.artifacts",
@@ -70,7 +72,7 @@ WORKER_MAY_IMPORT = frozenset(
         # the dispatcher: a node's reserved devices, the worker's own queue, a wake-up, a preemption
         "service.scheduling.admission",
         "service.scheduling.capacity",
-        "service.scheduling.executor",
+        "service.executors.dispatch",
         "service.scheduling.preemption",
         # rules shared with the API: the admin's name, the hardening of processes and files
         "service.auth",
@@ -89,7 +91,7 @@ CLIENT_MAY_IMPORT = {
             "service.storage_migrate",
         }
     ),
-    "client/health.py": frozenset({"service.queue", "service.settings"}),
+    "client/health.py": frozenset({"service.settings", "service.worker_records"}),
 }
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 from redis import Redis
 
 from client.health import check_worker_heartbeat
-from service.queue import save_worker_record
 from service.settings import Settings
+from service.worker_records import save_worker_record
 
 
 def _record(host: str, age_s: float) -> dict[str, object]:

@@ -23,8 +23,8 @@ from sqlmodel import col, select
 from jobs.spec import JobSpec
 from jobs.states import AttemptRef
 from service.db import make_engine, session_scope, upgrade_database
+from service.executors.rq import RQExecutor
 from service.models import Checkpoint, Job, JobEvent, LogLine, MetricPoint
-from service.queue import RQExecutor
 from service.settings import Settings
 from service.store import create_job, list_checkpoints
 from tests.support.attempts import run_attempt

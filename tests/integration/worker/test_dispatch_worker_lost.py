@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from service.queue import worker_key
 from service.scheduling.capacity import active_reservations
 from service.scheduling.dispatcher import DispatcherThread
+from service.worker_records import worker_key
 from tests.integration.worker.conftest import WorkerEnv
 from tests.support.procs import start, stop, wait_until
 

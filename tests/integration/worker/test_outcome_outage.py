@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from service.db import make_engine
-from service.queue import RQExecutor
+from service.executors.rq import RQExecutor
 from service.reaper import ReaperThread
 from tests.integration.worker.conftest import WorkerEnv, make_worker_env
 from tests.support.outages import DatabaseOutage

@@ -14,9 +14,9 @@ from rq.job import Job as RQJob
 from rq.job import JobStatus
 
 from service.db import session_scope
+from service.executors.rq import enqueue_attempt, rq_job_id
 from service.hardening import harden_service
 from service.models import Job
-from service.queue import enqueue_attempt, rq_job_id
 from tests.integration.worker.conftest import WorkerEnv, make_worker_env
 from tests.support.services import RedisServer, private_redis
 from worker.isolation import can_switch_users

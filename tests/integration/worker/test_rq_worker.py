@@ -14,8 +14,9 @@ from rq.job import Job as RQJob
 from rq.job import JobStatus
 
 from service.db import session_scope
+from service.executors.rq import enqueue_attempt, rq_job_id
 from service.models import Job
-from service.queue import enqueue_attempt, rq_job_id, worker_key
+from service.worker_records import worker_key
 from tests.integration.worker.conftest import WorkerEnv
 from tests.support.procs import job_processes, start, stop, wait_until
 from worker import supervise, tasks

@@ -5,9 +5,9 @@ import time
 from fastapi.testclient import TestClient
 from redis import Redis
 
-from service.queue import save_worker
 from service.schemas import WorkerJob
 from service.settings import Settings
+from service.worker_records import save_worker
 from worker.main import LaunchbayWorker
 
 

@@ -1,5 +1,6 @@
 """The Slurm executor's pure parts: the queue settings, the sbatch script, the state mapping,
-the parsing of squeue/sacct output, and the routing of jobs between executors."""
+the parsing of squeue/sacct output, its dry run and its placement of a node. (The routing of
+jobs between executors: test_executors.py.)"""
 
 import json
 from collections.abc import Sequence
@@ -10,15 +11,14 @@ from pydantic import ValidationError
 
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
-from service.executor import TaskPlan, TaskStatus
-from service.executors import RoutingExecutor, make_executor, slurm_executor_for
+from service.executors.base import TaskStatus
+from service.executors.slurm import commands
+from service.executors.slurm.allocation import slurm_placement
+from service.executors.slurm.executor import SlurmExecutor
+from service.executors.slurm.queues import SlurmQueue, SlurmSettings
+from service.executors.slurm.script import build_sbatch_script, slurm_job_name
+from service.executors.slurm.states import slurm_end
 from service.models import Job
-from service.settings import Settings
-from service.slurm import commands
-from service.slurm.executor import SlurmExecutor
-from service.slurm.queues import SlurmQueue
-from service.slurm.script import build_sbatch_script, slurm_job_name
-from service.slurm.states import slurm_end
 from tests.support.slurm_names import parse_slurm_job_name
 
 QUEUE = SlurmQueue(partition="gpu", account="ml-lab", time_limit="04:00:00")
@@ -126,14 +126,15 @@ def test_unknown_queue_settings_are_refused() -> None:
 def test_the_setting_is_json_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     queues = {"hpc": {"partition": "gpu", "account": "ml", "time_limit": "1-00:00:00"}}
     monkeypatch.setenv("LAUNCHBAY_SLURM_QUEUES", json.dumps(queues))
-    settings = Settings()
-    assert settings.slurm_queues == {"hpc": SlurmQueue(**queues["hpc"])}
+    settings = SlurmSettings()
+    assert settings.queues == {"hpc": SlurmQueue(**queues["hpc"])}
+    assert settings.owned_queues() == {"hpc"}
     monkeypatch.setenv("LAUNCHBAY_SLURM_QUEUES", json.dumps({"bad queue": {"partition": "x"}}))
     with pytest.raises(ValidationError):
-        Settings()
+        SlurmSettings()
     monkeypatch.setenv("LAUNCHBAY_SLURM_QUEUES", "not json")
     with pytest.raises(Exception):  # noqa: B017 - pydantic-settings' own error type
-        Settings()
+        SlurmSettings()
 
 
 def test_job_names_round_trip() -> None:
@@ -217,7 +218,7 @@ def test_describe_reads_squeue_then_sacct_and_takes_the_newest(
     # Described by job id: the three attempts share one id, so only the last remains.
     described = executor.describe(jobs[:1])
     [status] = described[jobs[0].id]
-    assert status == TaskStatus(names[0], live=True, ended=None, pending_reason="Resources")
+    assert status == TaskStatus(names[0], live=True, ended=None, pending_reason="Slurm: Resources")
     [timed_out] = executor.describe(jobs[1:2])[jobs[1].id]
     assert not timed_out.live and timed_out.ended is not None
     assert timed_out.ended.exit_reason is ExitReason.TIMEOUT
@@ -238,63 +239,29 @@ def test_a_pending_allocation_not_yet_scheduled_gives_no_reason(
     assert executor.describe([queued])[queued.id] == [TaskStatus(name, live=True)]
     answer[0] = commands.SlurmJob("7", name, "PENDING", "Priority")
     [status] = executor.describe([queued])[queued.id]
-    assert status.pending_reason == "Priority"
+    assert status.pending_reason == "Slurm: Priority"
 
 
-class Recording:
-    """An executor that notes what it was asked."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-
-    def plan(self, job: Job) -> list[TaskPlan]:
-        return [TaskPlan("rq", job.id, job.attempt, None)]
-
-    def submit(self, job: Job) -> None:
-        self.calls.append(("submit", job.queue))
-
-    def describe(self, jobs: Sequence[Job]) -> dict[str, list[TaskStatus]]:
-        self.calls += [("describe", j.queue) for j in jobs]
-        return {j.id: [TaskStatus("rq", live=True)] for j in jobs}
-
-    def resubmit(self, job: Job, task_ids: Sequence[str]) -> None:
-        self.calls.append(("resubmit", job.queue))
-
-    def cancel(self, job: Job) -> None:
-        self.calls.append(("cancel", job.queue))
+def test_the_dry_run_is_the_script_sbatch_would_get() -> None:
+    executor = SlurmExecutor({"hpc": QUEUE}, data_dir=Path("/data"), grace_s=10)
+    plan = executor.dry_run(job("hpc", nnodes=2))
+    assert (plan.executor, [t.task_id for t in plan.tasks]) == (
+        "slurm",
+        [slurm_job_name("a" * 32, 1)],
+    )
+    assert plan.script == executor.sbatch_plan(job("hpc", nnodes=2)).script
+    assert plan.script is not None and "--nodes=2" in plan.script
 
 
-def test_routing_sends_slurm_queues_to_slurm_and_the_rest_to_rq(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    submitted: list[str] = []
-    monkeypatch.setattr(commands, "sbatch", lambda script: submitted.append(script) or "1")
-    cancelled: list[str] = []
-    monkeypatch.setattr(commands, "scancel", cancelled.append)
-    rq = Recording()
-    slurm = SlurmExecutor({"hpc": QUEUE}, data_dir=Path("/tmp/lb-unit"), grace_s=1)
-    routing = RoutingExecutor(rq, slurm)
-
-    routing.submit(job("default"))
-    routing.submit(job("hpc"))
-    routing.cancel(job("hpc"))
-    routing.cancel(job("default"))
-    assert rq.calls == [("submit", "default"), ("cancel", "default")]
-    assert len(submitted) == 1 and "--partition=gpu" in submitted[0]
-    assert cancelled == [slurm_job_name("a" * 32, 1)]
-    assert routing.plan(job("hpc"))[0].task_id == slurm_job_name("a" * 32, 1)
-    assert slurm_executor_for(routing, job("hpc")) is slurm
-    assert slurm_executor_for(routing, job("default")) is None
-
-
-def test_without_slurm_queues_the_executor_is_rq_alone() -> None:
-    from redis import Redis
-    from sqlalchemy import create_engine
-
-    from service.queue import RQExecutor
-
-    redis = Redis.from_url("redis://127.0.0.1:1/0")
-    engine = create_engine("sqlite://")
-    assert isinstance(make_executor(Settings(slurm_queues={}), redis, engine), RQExecutor)
-    settings = Settings(slurm_queues={"hpc": QUEUE})
-    assert isinstance(make_executor(settings, redis, engine), RoutingExecutor)
+def test_a_node_of_an_allocation_is_placed_by_what_slurm_says() -> None:
+    single = slurm_placement({"SLURM_JOB_ID": "12", "SLURMD_NODENAME": "n1", "SLURM_NNODES": "1"})
+    assert (single.node, single.worker_name) == (None, "slurm-12:n1")
+    second = slurm_placement(
+        {
+            "SLURM_JOB_ID": "12",
+            "SLURMD_NODENAME": "n2",
+            "SLURM_JOB_NUM_NODES": "2",
+            "SLURM_NODEID": "1",
+        }
+    )
+    assert (second.node, second.worker_name) == (1, "slurm-12:n2")

@@ -1,37 +1,46 @@
-"""The Redis side of the RQ executor (`service.executor`): `RQExecutor`, the ids and arguments
-of an attempt's RQ tasks, and the workers' records that GET /v1/workers lists.
+"""The RQ executor: a task is an RQ job on the job's queue, run by `launchbay worker`
+(`worker.tasks.run_job`), first in first out.
 
-`KEY_PREFIX` begins every Redis key Launchbay names itself, but not all of them are built
-here: the dispatcher's wake-up list is `service.scheduling.executor.WAKE_KEY`, the rate limits'
-counters `service.policy.RATE_KEY` and `service.code_usage.UPLOAD_RATE_KEY`; the RQ queues
-(each worker's own under the dispatcher: `service.scheduling.capacity.dispatch_queue_name`)
-are named by Launchbay and keyed by RQ."""
+An RQ task is built in one place (`prepare_task`), from the task's plan (`attempt_tasks`);
+the call RQ stores is `run_job(job_id, attempt)`, or `run_job(job_id, attempt, node)` for a
+node of a multi-node job, positionally, as every earlier version enqueued it, and is read
+back in one place too (`attempt_of_call`). The dispatcher's hand-over
+(`service.executors.dispatch`) enqueues the same tasks on the workers' own queues."""
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel
 from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
 from rq.exceptions import NoSuchJobError
 from rq.job import Job as RQJob
 from rq.job import JobStatus
+from rq.queue import EnqueueData
 
-from service.executor import ExecutorUnavailable, TaskPlan, TaskStatus
+from jobs.states import AttemptRef
+from service.executors.base import DryRunPlan, ExecutorUnavailable, TaskPlan, TaskStatus
 from service.models import Job
-from service.schemas import WorkerRecord
 
 # Referenced by name so the service never imports the worker (and torch with it).
 RUN_JOB_TASK = "worker.tasks.run_job"
-KEY_PREFIX = "launchbay"
 # RQ's own limit on a job is a backstop behind the supervisor's watchdogs; -1 means none.
 NO_RQ_TIMEOUT = -1
 # RQ job statuses under which a queued attempt will still be run by some worker.
 LIVE_RQ_STATUSES = frozenset(
     {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCHEDULED}
 )
+# The service's Redis (the RQ queues live there): its URL, and its clients' settings.
+REDIS_SECRET_ENV = frozenset({"LAUNCHBAY_REDIS_URL", "REDIS_URL", "REDIS_*", "RQ_*"})
+
+
+class RQSettings(BaseModel):
+    """The RQ executor has no settings of its own: it takes every queue no other executor
+    owns, on the service's Redis (`LAUNCHBAY_REDIS_URL`)."""
+
+    def owned_queues(self) -> frozenset[str]:
+        return frozenset()
 
 
 def rq_job_id(job_id: str, attempt: int, node: int | None = None) -> str:
@@ -39,24 +48,28 @@ def rq_job_id(job_id: str, attempt: int, node: int | None = None) -> str:
     return f"{job_id}-{attempt}" if node is None else f"{job_id}-{attempt}-node{node}"
 
 
-def attempt_tasks(job: Job) -> list[tuple[str, tuple[str | int, ...]]]:
-    """(RQ job id, task arguments) of each task of the job's current attempt: one for a
-    single-node job, one per node (`run_job(id, attempt, node)`) when `nnodes` > 1."""
+def attempt_tasks(job: Job) -> list[TaskPlan]:
+    """The tasks of the job's current attempt: one for a single-node job, one per node when
+    `nnodes` > 1."""
     nnodes = job.job_spec().nnodes
-    if nnodes == 1:
-        return [(rq_job_id(job.id, job.attempt), (job.id, job.attempt))]
-    return [
-        (rq_job_id(job.id, job.attempt, node), (job.id, job.attempt, node))
-        for node in range(nnodes)
-    ]
+    nodes: list[int | None] = [None] if nnodes == 1 else list(range(nnodes))
+    return [TaskPlan(rq_job_id(job.id, job.attempt, n), job.id, job.attempt, n) for n in nodes]
 
 
-def worker_key(name: str) -> str:
-    """Set with a short TTL by each `launchbay worker`: what GET /v1/workers lists."""
-    return f"{KEY_PREFIX}:worker:{name}"
+def run_job_args(task: TaskPlan) -> tuple[str | int, ...]:
+    """The positional arguments of `run_job` for the task."""
+    if task.node is None:
+        return (task.job_id, task.attempt)
+    return (task.job_id, task.attempt, task.node)
 
 
-WORKER_KEY_PATTERN = worker_key("*")
+def attempt_of_call(args: Sequence[Any]) -> AttemptRef | None:
+    """The attempt (and node) of a stored `run_job` call; None for arguments of another
+    shape."""
+    if len(args) not in (2, 3):
+        return None
+    node = int(args[2]) if len(args) == 3 and args[2] is not None else None
+    return AttemptRef(str(args[0]), int(args[1]), node)
 
 
 def rq_timeout_for(job: Job, grace_s: float) -> int:
@@ -64,6 +77,25 @@ def rq_timeout_for(job: Job, grace_s: float) -> int:
     if timeout_s is None:
         return NO_RQ_TIMEOUT
     return int(timeout_s + grace_s + 120)
+
+
+def prepare_task(job: Job, task: TaskPlan, *, grace_s: float, on: str | None = None) -> EnqueueData:
+    """The RQ job of one task of the job's current attempt, ready to enqueue (`on`: the
+    worker it is handed to, for its description)."""
+    description = f"launchbay job {job.id} attempt {job.attempt}"
+    if on is not None:
+        description += f" on {on}"
+    elif task.node is not None:
+        description += f" node {task.node}"
+    return Queue.prepare_data(
+        RUN_JOB_TASK,
+        run_job_args(task),
+        job_id=task.task_id,
+        timeout=rq_timeout_for(job, grace_s),
+        result_ttl=3600,
+        failure_ttl=7 * 24 * 3600,
+        description=description,
+    )
 
 
 def enqueue_attempt(
@@ -75,18 +107,9 @@ def enqueue_attempt(
     queue = Queue(job.queue, connection=redis)
     queue.enqueue_many(
         [
-            Queue.prepare_data(
-                RUN_JOB_TASK,
-                args,
-                job_id=rq_id,
-                timeout=rq_timeout_for(job, grace_s),
-                result_ttl=3600,
-                failure_ttl=7 * 24 * 3600,
-                description=f"launchbay job {job.id} attempt {job.attempt}"
-                + (f" node {args[2]}" if len(args) > 2 else ""),
-            )
-            for rq_id, args in attempt_tasks(job)
-            if only is None or rq_id in only
+            prepare_task(job, task, grace_s=grace_s)
+            for task in attempt_tasks(job)
+            if only is None or task.task_id in only
         ]
     )
 
@@ -94,9 +117,9 @@ def enqueue_attempt(
 def drop_queued_attempt(redis: Redis, job: Job) -> None:
     """Take the not-yet-started tasks of the job's attempt off its queue (the worker also
     re-checks the database); a task that is gone already is skipped."""
-    for rq_id, _ in attempt_tasks(job):
+    for task in attempt_tasks(job):
         try:
-            RQJob.fetch(rq_id, connection=redis).cancel()
+            RQJob.fetch(task.task_id, connection=redis).cancel()
         except NoSuchJobError:
             continue
 
@@ -105,7 +128,7 @@ def task_statuses(redis: Redis, jobs: Sequence[Job]) -> dict[str, list[TaskStatu
     """The RQ jobs of each job's current attempt, and whether a worker will still run each: not
     when it is gone (Redis lost its data, or never got it) or ended (a work horse died before
     taking it)."""
-    tasks = [(job.id, rq_id) for job in jobs for rq_id, _ in attempt_tasks(job)]
+    tasks = [(job.id, task.task_id) for job in jobs for task in attempt_tasks(job)]
     if not tasks:
         return {}
     with redis.pipeline(transaction=False) as pipe:
@@ -130,18 +153,21 @@ def enqueue_again(redis: Redis, job: Job, tasks: Sequence[str], *, grace_s: floa
 
 
 class RQExecutor:
-    """The executor (`service.executor.Executor`) on Redis + RQ: a task is an RQ job on the
-    job's queue, run by `launchbay worker` (`worker.tasks.run_job`)."""
+    """The executor (`service.executors.base.Executor`) on Redis + RQ."""
+
+    name = "rq"
+    reports_ends = False
+    secret_env = REDIS_SECRET_ENV
 
     def __init__(self, redis: Redis, *, grace_s: float) -> None:
         # grace_s: the supervisor's cancel grace, part of the RQ timeout of a task.
         self.redis, self.grace_s = redis, grace_s
 
     def plan(self, job: Job) -> list[TaskPlan]:
-        return [
-            TaskPlan(rq_id, job.id, job.attempt, int(args[2]) if len(args) > 2 else None)
-            for rq_id, args in attempt_tasks(job)
-        ]
+        return attempt_tasks(job)
+
+    def dry_run(self, job: Job) -> DryRunPlan:
+        return DryRunPlan(self.name, self.plan(job))
 
     def submit(self, job: Job) -> None:
         try:
@@ -166,44 +192,3 @@ class RQExecutor:
             drop_queued_attempt(self.redis, job)
         except RedisError as exc:
             raise ExecutorUnavailable(f"Redis: {exc}") from exc
-
-
-def save_worker_record(redis: Redis, name: str, record: dict[str, Any], ttl_s: float) -> None:
-    """A worker's heartbeat: its record (JSON), kept for `ttl_s` unless refreshed."""
-    redis.set(worker_key(name), json.dumps(record), px=max(1, int(ttl_s * 1000)))
-
-
-def save_worker(redis: Redis, record: WorkerRecord, ttl_s: float) -> None:
-    """`save_worker_record` of a worker's typed record."""
-    save_worker_record(redis, record.name, record.model_dump(mode="json"), ttl_s)
-
-
-def delete_worker_record(redis: Redis, name: str) -> None:
-    redis.delete(worker_key(name))
-
-
-def read_worker_records(redis: Redis) -> list[dict[str, Any]]:
-    """The records of every worker whose heartbeat has not expired, by name, as stored."""
-    keys = sorted(redis.scan_iter(match=WORKER_KEY_PATTERN, count=500))
-    records = []
-    for raw in redis.mget(keys) if keys else []:
-        if raw is None:
-            continue  # expired between the scan and the read
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
-
-
-def load_worker_records(redis: Redis) -> list[WorkerRecord]:
-    """`read_worker_records`, typed; a record of another version, or damaged, is skipped."""
-    records = []
-    for raw in read_worker_records(redis):
-        try:
-            records.append(WorkerRecord.model_validate(raw))
-        except ValidationError:
-            continue
-    return records

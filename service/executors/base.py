@@ -5,24 +5,20 @@ interface follows torchx's `Scheduler` (`submit_dryrun` / `schedule` / `describe
 `cancel`), narrowed to what Launchbay asks of it:
 
     plan(job)              the tasks of the job's current attempt, as data (nothing started)
+    dry_run(job)           what submitting the job would launch (`DryRunPlan`: the tasks,
+                           and the backend's own text, such as an sbatch script)
     submit(job)            start the current attempt's tasks (call only after the commit)
-    describe(jobs)         for each job, its tasks and whether some worker will still run them
+    describe(jobs)         for each job, its tasks and whether some worker will still run
+                           them; an executor that `reports_ends` also says how an ended
+                           allocation ended (`TaskEnd`) and why a queued one waits
     resubmit(job, tasks)   start those tasks of the current attempt once more
     cancel(job)            withdraw the attempt's tasks that have not started
 
-Three implementations:
+and, as data, its `name` (what `POST /v1/dry-run` calls it) and `secret_env`: the variables
+(names, or prefixes ending in `*`) of its backend's credentials, which the ranks never get
+(`worker.passed_env`).
 
-    service.queue.RQExecutor                      Redis + RQ, first in first out
-    service.scheduling.executor.DispatchExecutor  RQ under the dispatcher (LAUNCHBAY_SCHEDULER
-                                                  `dispatcher`): a job waits for its devices
-                                                  to be reserved, then each node's task goes
-                                                  to the RQ queue of its reserved worker
-    service.slurm.executor.SlurmExecutor          one Slurm batch job per attempt, for the
-                                                  queues in LAUNCHBAY_SLURM_QUEUES
-
-`service.executors.make_executor` picks for the API, the reaper and the worker: one of the
-RQ two, behind a `RoutingExecutor` that hands the Slurm queues' jobs to Slurm when there are
-such queues. A Kubernetes one would be one more beside them.
+The implementations, and how one is chosen for a job's queue, are in `service.executors`.
 
 A cancel reaches a *running* attempt by one channel whatever the executor: the job's
 `cancelling` state in the database, which the attempt's supervisor reads (`worker.monitor`).
@@ -33,7 +29,7 @@ Every failure to reach the executor's backend is `ExecutorUnavailable`.
 """
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,6 +55,28 @@ class TaskPlan:
 
 
 @dataclass(frozen=True)
+class DryRunPlan:
+    """What submitting a job would launch: the executor's name, its tasks, and the text the
+    backend would be handed when it has one (Slurm's sbatch script)."""
+
+    executor: str
+    tasks: list[TaskPlan]
+    script: str | None = None
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    """Where the supervisor of one node of an allocation runs (`worker.node`), as the
+    executor's backend tells it: the node's number in the attempt (None: a single-node job),
+    the name the job shows for it, and (asked only when LAUNCHBAY_WORKER_HOST is unset) the
+    address the other nodes reach it at, if the backend knows it."""
+
+    node: int | None
+    worker_name: str
+    address: Callable[[], str | None] = lambda: None
+
+
+@dataclass(frozen=True)
 class TaskEnd:
     """How a task's attempt ended, as its backend tells it (Slurm's final job state): what
     the reaper records when the attempt's supervisor could not (`service.reaper`)."""
@@ -75,12 +93,22 @@ class TaskStatus:
     live: bool
     # Not live, and its backend knows how it ended (RQ never does).
     ended: TaskEnd | None = None
-    # Why it waits, in the backend's words (Slurm's reason for a pending job).
+    # Why it waits, as the job's `pending_reason` shows it (`Slurm: Resources`).
     pending_reason: str | None = None
 
 
 class Executor(Protocol):
+    # Its name in the registry and in `POST /v1/dry-run`.
+    name: str
+    # Whether `describe` tells how an allocation ended and why it waits (`TaskStatus.ended`,
+    # `pending_reason`): the reaper then asks it about its queued and active jobs.
+    reports_ends: bool
+    # Its backend's credentials in the worker's environment, never handed to a rank.
+    secret_env: frozenset[str]
+
     def plan(self, job: Job) -> list[TaskPlan]: ...
+
+    def dry_run(self, job: Job) -> DryRunPlan: ...
 
     def submit(self, job: Job) -> None: ...
 

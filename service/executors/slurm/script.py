@@ -14,8 +14,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.contract.data_dir import DataLayout
 from jobs.spec import JobSpec
-from service.slurm.queues import SlurmQueue
+from service.executors.slurm.queues import SlurmQueue
 
 # The prefix of every Slurm job name Launchbay submits: `launchbay-<job id>-<attempt>`.
 JOB_NAME_PREFIX = "launchbay-"
@@ -66,7 +67,7 @@ def build_sbatch_script(
 ) -> SbatchPlan:
     """The script `sbatch` runs for attempt `attempt` of the job."""
     name = slurm_job_name(job_id, attempt)
-    output = data_dir / "runs" / job_id / f"slurm-{attempt}.out"
+    output = DataLayout(data_dir).slurm_output(job_id, attempt)
     options = [
         f"--job-name={name}",
         f"--partition={queue.partition}",

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from service.executor import ExecutorUnavailable
+from service.executors.base import ExecutorUnavailable
 
 log = logging.getLogger(__name__)
 

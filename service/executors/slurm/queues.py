@@ -1,4 +1,5 @@
-"""`LAUNCHBAY_SLURM_QUEUES`: which Launchbay queues go to Slurm, and how.
+"""The Slurm executor's settings, `SlurmSettings`: `LAUNCHBAY_SLURM_QUEUES`, which Launchbay
+queues go to Slurm, and how.
 
 A JSON object from queue name to its settings, e.g.
 
@@ -11,7 +12,8 @@ itself allows there; nothing from a job spec but numbers goes into the script.
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Slurm's time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
 TIME_LIMIT = r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}(:\d{1,2})?)?)$"
@@ -41,3 +43,21 @@ def check_queue_names(queues: dict[str, SlurmQueue]) -> None:
     for name in queues:
         if not re.match(QUEUE_NAME, name):
             raise ValueError(f"LAUNCHBAY_SLURM_QUEUES: {name!r} is not a queue name")
+
+
+class SlurmSettings(BaseSettings):
+    """Read from the environment: `LAUNCHBAY_SLURM_QUEUES`, a JSON object from queue name to
+    its `SlurmQueue` (docs/slurm.md); every other queue is RQ's."""
+
+    model_config = SettingsConfigDict(env_prefix="LAUNCHBAY_SLURM_", extra="ignore")
+
+    queues: dict[str, SlurmQueue] = {}
+
+    @field_validator("queues")
+    @classmethod
+    def _queue_names(cls, value: dict[str, SlurmQueue]) -> dict[str, SlurmQueue]:
+        check_queue_names(value)
+        return value
+
+    def owned_queues(self) -> frozenset[str]:
+        return frozenset(self.queues)

@@ -1,11 +1,12 @@
-"""The executor under the dispatcher: RQ, where `submit` of a job no reservation holds yet
-wakes the dispatcher instead of enqueueing, and the nodes of an admitted job go each to the
-RQ queue of the worker reserved for it (`capacity.dispatch_queue_name`).
+"""The RQ executor under the dispatcher (LAUNCHBAY_SCHEDULER `dispatcher`): `submit` of a job
+no reservation holds yet wakes the dispatcher instead of enqueueing, and the nodes of an
+admitted job go each to the RQ queue of the worker reserved for it
+(`capacity.dispatch_queue_name`): the hand-over.
 
 This is the dispatcher's one entry from the rest of Launchbay: the API's submit and the
-retry of an attempt (`service.executor.submit_retry`) call `submit`, the reaper `describe`
-and `resubmit`, a cancel `cancel`; `make_executor` picks it when LAUNCHBAY_SCHEDULER is
-`dispatcher`.
+retry of an attempt (`service.executors.base.submit_retry`) call `submit`, the reaper
+`describe` and `resubmit`, a cancel `cancel`; the dispatcher itself `hand_over` what it
+admitted (`service.scheduling.dispatcher`).
 """
 
 from collections.abc import Sequence
@@ -14,23 +15,17 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
 from rq.job import Job as RQJob
+from rq.queue import EnqueueData
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from jobs.states import JobState
-from service.executor import Executor, ExecutorUnavailable, TaskStatus
+from service.executors.base import ExecutorUnavailable, TaskStatus
+from service.executors.rq import RQExecutor, attempt_tasks, prepare_task
 from service.models import Job, JobReservation
-from service.queue import (
-    KEY_PREFIX,
-    RUN_JOB_TASK,
-    RQExecutor,
-    attempt_tasks,
-    rq_timeout_for,
-    task_statuses,
-)
 from service.scheduling.admission import reservations_of
 from service.scheduling.capacity import ActiveReservation, dispatch_queue_name
-from service.settings import Settings
+from service.worker_records import KEY_PREFIX
 
 WAKE_KEY = f"{KEY_PREFIX}:dispatch:wake"
 
@@ -53,33 +48,24 @@ def hand_over(
 ) -> None:
     """Enqueue each node's task of the job's attempt on its reserved worker's own queue."""
     worker_of = {r.node: r.worker for r in reservations}
-    by_queue: dict[str, list[object]] = {}
-    for rq_id, args in attempt_tasks(job):
-        if only is not None and rq_id not in only:
+    by_queue: dict[str, list[EnqueueData]] = {}
+    for task in attempt_tasks(job):
+        if only is not None and task.task_id not in only:
             continue
-        node = int(args[2]) if len(args) > 2 else 0
-        worker = worker_of.get(node)
+        worker = worker_of.get(task.node or 0)
         if worker is None:
             continue
         by_queue.setdefault(dispatch_queue_name(worker), []).append(
-            Queue.prepare_data(
-                RUN_JOB_TASK,
-                args,
-                job_id=rq_id,
-                timeout=rq_timeout_for(job, grace_s),
-                result_ttl=3600,
-                failure_ttl=7 * 24 * 3600,
-                description=f"launchbay job {job.id} attempt {job.attempt} on {worker}",
-            )
+            prepare_task(job, task, grace_s=grace_s, on=worker)
         )
     with redis.pipeline() as pipe:
         for name, tasks in by_queue.items():
-            Queue(name, connection=redis).enqueue_many(tasks, pipeline=pipe)  # type: ignore[arg-type]
+            Queue(name, connection=redis).enqueue_many(tasks, pipeline=pipe)
         pipe.execute()
 
 
 class DispatchExecutor(RQExecutor):
-    """`service.queue.RQExecutor`, with the dispatcher deciding where and when."""
+    """`service.executors.rq.RQExecutor`, with the dispatcher deciding where and when."""
 
     def __init__(self, redis: Redis, engine: Engine, *, grace_s: float) -> None:
         super().__init__(redis, grace_s=grace_s)
@@ -138,14 +124,3 @@ class DispatchExecutor(RQExecutor):
             wake_dispatcher(self.redis)
         except RedisError as exc:
             raise ExecutorUnavailable(f"Redis: {exc}") from exc
-
-
-def make_worker_executor(settings: Settings, redis: Redis, engine: Engine) -> Executor:
-    """The executor of jobs run by Launchbay's workers: RQ first in first out, or under the
-    dispatcher."""
-    if settings.scheduler == "dispatcher":
-        return DispatchExecutor(redis, engine, grace_s=settings.cancel_grace_s)
-    return RQExecutor(redis, grace_s=settings.cancel_grace_s)
-
-
-__all__ = ["DispatchExecutor", "make_worker_executor", "task_statuses", "wake_dispatcher"]

@@ -1,23 +1,30 @@
-"""`SlurmExecutor`: the executor (`service.executor.Executor`) for the queues an operator maps
-to Slurm. A task is one Slurm batch job per attempt, named `launchbay-<job id>-<attempt>`, so
-the executor needs no record of Slurm's ids: it finds its jobs by name.
+"""`SlurmExecutor`: the executor (`service.executors.base.Executor`) for the queues an operator
+maps to Slurm (`SlurmSettings`). A task is one Slurm batch job per attempt, named
+`launchbay-<job id>-<attempt>`, so the executor needs no record of Slurm's ids: it finds its
+jobs by name.
 """
 
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from service.executor import TaskPlan, TaskStatus
+from service.executors.base import DryRunPlan, TaskPlan, TaskStatus
+from service.executors.slurm import commands
+from service.executors.slurm.queues import SlurmQueue
+from service.executors.slurm.script import SbatchPlan, build_sbatch_script, slurm_job_name
+from service.executors.slurm.states import slurm_end
 from service.models import Job
-from service.slurm import commands
-from service.slurm.queues import SlurmQueue
-from service.slurm.script import SbatchPlan, build_sbatch_script, slurm_job_name
-from service.slurm.states import slurm_end
 
 log = logging.getLogger(__name__)
 
 
 class SlurmExecutor:
+    name = "slurm"
+    # Slurm says how an allocation ended, and why a pending one waits.
+    reports_ends = True
+    # Its commands authenticate as the Unix user (munge): no credential in the environment.
+    secret_env: frozenset[str] = frozenset()
+
     def __init__(self, queues: dict[str, SlurmQueue], *, data_dir: Path, grace_s: float) -> None:
         self.queues, self.data_dir, self.grace_s = queues, data_dir.resolve(), grace_s
 
@@ -33,6 +40,9 @@ class SlurmExecutor:
 
     def plan(self, job: Job) -> list[TaskPlan]:
         return [TaskPlan(slurm_job_name(job.id, job.attempt), job.id, job.attempt, None)]
+
+    def dry_run(self, job: Job) -> DryRunPlan:
+        return DryRunPlan(self.name, self.plan(job), self.sbatch_plan(job).script)
 
     def submit(self, job: Job) -> None:
         plan = self.sbatch_plan(job)
@@ -73,11 +83,12 @@ class SlurmExecutor:
 
 
 def _pending_reason(job: commands.SlurmJob) -> str | None:
-    """Why Slurm keeps a PENDING allocation waiting; None before its scheduler has looked at
-    it (squeue's reason is then `None`)."""
+    """Why Slurm keeps a PENDING allocation waiting, as the job shows it (`Slurm: Resources`,
+    squeue's REASON); None before its scheduler has looked at it (squeue's reason is then
+    `None`)."""
     if job.state.upper() != "PENDING" or job.reason in (None, "None"):
         return None
-    return job.reason
+    return f"Slurm: {job.reason}"
 
 
 def _newest_first(jobs: list[commands.SlurmJob]) -> list[commands.SlurmJob]:

@@ -8,7 +8,7 @@ the node died), the end below is what the reaper records (`service.reaper.reap_e
 """
 
 from jobs.states import ExitReason, JobState
-from service.executor import TaskEnd
+from service.executors.base import TaskEnd
 
 # Slurm will still run the allocation, or runs it: the Launchbay side is someone's business.
 LIVE_STATES = frozenset(
