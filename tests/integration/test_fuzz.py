@@ -39,7 +39,7 @@ from service import store
 from service.app import create_app
 from service.db import make_engine
 from service.settings import Settings
-from tests.integration.conftest import ADMIN, ADMIN_TOKEN
+from tests.integration.conftest import ADMIN, ADMIN_TOKEN, copy_migrated_sqlite
 from tests.integration.test_api_jobs import assert_error_body
 
 # Examples per operation and generation mode; with the seeded-job passes this sends well
@@ -51,8 +51,8 @@ CHECKPOINT = b"\x00checkpoint" * 100
 
 
 @pytest.fixture
-def database_url(sqlite_url: str) -> str:
-    return sqlite_url
+def database_url(sqlite_url: str, migrated_sqlite_file: Path) -> str:
+    return copy_migrated_sqlite(migrated_sqlite_file, sqlite_url)
 
 
 @pytest.fixture

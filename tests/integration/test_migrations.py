@@ -3,6 +3,7 @@
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -17,6 +18,13 @@ from service import store
 from service.db import MIGRATIONS_DIR, make_engine
 from service.models import Job, MetricPoint, MetricRollup
 from service.settings import Settings
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest) -> str:
+    """A fresh, unmigrated database: these tests migrate it themselves, down as well as up."""
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
 
 
 def test_the_migrated_schema_matches_the_models(settings: Settings) -> None:
