@@ -7,15 +7,16 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.settings import Settings
+from tests.integration.conftest import copy_migrated_sqlite
 from tests.integration.test_api_results import finished_job
 
 SECRET = b"the database password"
 
 
 @pytest.fixture
-def database_url(sqlite_url: str) -> str:
+def database_url(sqlite_url: str, migrated_sqlite_file: Path) -> str:
     """SQLite only: the point is the file system, not the database."""
-    return sqlite_url
+    return copy_migrated_sqlite(migrated_sqlite_file, sqlite_url)
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ PostgreSQL: every accepted format, and archives built to escape or exhaust the d
 import gzip
 import hashlib
 import io
+import os
 import stat
 import tarfile
 import uuid
@@ -110,8 +111,14 @@ def upload(api: TestClient, filename: str, content: bytes) -> Any:
 # What the upload left on disk and in the database.
 
 
-def snapshot(root: Path) -> set[Path]:
-    return set(root.rglob("*"))
+def snapshot(root: Path) -> set[str]:
+    """Every path under `root`, as rglob("*") lists them (symlinked directories not entered);
+    by os.walk, as strings: the session's temporary directory these tests watch holds the files
+    of every test the process ran before, and Path objects for each made a snapshot seconds."""
+    found: set[str] = set()
+    for folder, dirs, files in os.walk(root):
+        found.update(os.path.join(folder, name) for name in (*dirs, *files))
+    return found
 
 
 def code_rows(settings: Settings) -> list[CodeUpload]:
@@ -136,7 +143,9 @@ class DirWatch:
     def __call__(self) -> None:
         data_dir = self.settings.data_dir.resolve()
         new = {
-            p for p in snapshot(self.session_dir) - self.before if not p.is_relative_to(data_dir)
+            p
+            for p in map(Path, snapshot(self.session_dir) - self.before)
+            if not p.is_relative_to(data_dir)
         }
         assert new == set(), f"written outside the data dir: {sorted(new)}"
         code_dir = self.settings.code_dir
@@ -201,7 +210,7 @@ def test_each_format_is_stored_unpacked_under_its_sha256(
     assert files == expected
     assert sorted(p.name for p in settings.code_dir.iterdir()) == [digest], "no temp files left"
     data_dir = settings.data_dir.resolve()
-    assert all(p.is_relative_to(data_dir) for p in snapshot(tmp_path.parent) - outside)
+    assert all(Path(p).is_relative_to(data_dir) for p in snapshot(tmp_path.parent) - outside)
 
     again = upload(api, filename, content)
     assert again.status_code == 200, "the same bytes again are the same code"

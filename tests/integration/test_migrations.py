@@ -30,6 +30,13 @@ def postgres_url(postgres_server_url: str) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest) -> str:
+    """A fresh, unmigrated database: these tests migrate it themselves, down as well as up."""
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
 def test_the_migrated_schema_matches_the_models(settings: Settings) -> None:
     engine = make_engine(settings.resolved_database_url)
     try:

@@ -17,7 +17,7 @@ from service.app import create_app
 from service.db import make_engine, upgrade_database
 from service.models import Job
 from service.settings import Settings
-from tests.integration.conftest import ADMIN_TOKEN, count_jobs
+from tests.integration.conftest import ADMIN_TOKEN, copy_migrated_sqlite, count_jobs
 from tests.integration.test_api_jobs import SYNTHETIC, assert_error_body
 from tests.integration.test_auth import make_token, send
 from tests.support.procs import free_port
@@ -28,8 +28,8 @@ PER_MINUTE = 5
 
 
 @pytest.fixture
-def database_url(sqlite_url: str) -> str:
-    return sqlite_url
+def database_url(sqlite_url: str, migrated_sqlite_file: Path) -> str:
+    return copy_migrated_sqlite(migrated_sqlite_file, sqlite_url)
 
 
 @pytest.fixture

@@ -4,10 +4,12 @@ row written by another process wakes exactly the streams of its job (real databa
 import asyncio
 import contextlib
 import json
+import select
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -24,29 +26,76 @@ from service.settings import Settings
 from service.stream_notifier import StreamNotifier
 from tests.support.registry import running_job
 
-# Another process writes as a worker does: log lines, then the job's end.
+# Another process writes as a worker does: log lines, then the job's end. One process, started
+# once for the module (a start costs about a second of imports), takes each write as a line
+# "<url> <job id> more|end" on its stdin, makes it on an engine of its own, disposed of after,
+# and answers "written" once it is committed.
 WRITER = """
 import sys, time
 from sqlmodel import Session
 from jobs.states import ExitReason, JobState
 from service import store
 from service.db import make_engine
-engine = make_engine(sys.argv[1])
-with Session(engine) as session:
-    store.append_log_lines(session, sys.argv[2], 1, [store.NewLogLine(0, time.time(), "from afar")])
-    if sys.argv[3] == "end":
-        store.transition_job(session, sys.argv[2], JobState.SUCCEEDED, attempt=1,
-                             exit_reason=ExitReason.COMPLETED)
-engine.dispose()
+for command in sys.stdin:
+    url, job_id, what = command.split()
+    engine = make_engine(url)
+    with Session(engine) as session:
+        store.append_log_lines(session, job_id, 1, [store.NewLogLine(0, time.time(), "from afar")])
+        if what == "end":
+            store.transition_job(session, job_id, JobState.SUCCEEDED, attempt=1,
+                                 exit_reason=ExitReason.COMPLETED)
+    engine.dispose()
+    print("written", flush=True)
 """
 
 
-def write_from_another_process(url: str, job_id: str, end: bool = False) -> None:
-    subprocess.run(
-        [sys.executable, "-c", WRITER, url, job_id, "end" if end else "more"],
-        check=True,
-        timeout=60,
-    )
+class Writer:
+    """The writing process (`WRITER`)."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", WRITER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lock = threading.Lock()
+
+    def write(self, url: str, job_id: str, end: bool = False) -> None:
+        """One write, returning once it is committed; fails with the writer's errors when it
+        died, and after 60 s without an answer."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        with self.lock:
+            self.process.stdin.write(f"{url} {job_id} {'end' if end else 'more'}\n")
+            self.process.stdin.flush()
+            ready, _, _ = select.select([self.process.stdout], [], [], 60)
+            answer = self.process.stdout.readline() if ready else ""
+        if answer != "written\n":
+            self.process.kill()
+            _, errors = self.process.communicate()
+            pytest.fail(f"the writing process answered {answer!r}: {errors[-3000:]}")
+
+    def close(self) -> None:
+        assert self.process.stdin and self.process.stdout and self.process.stderr
+        self.process.stdin.close()  # its loop ends
+        try:
+            self.process.wait(timeout=30)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            self.process.stdout.close()
+            self.process.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def writer() -> Iterator[Writer]:
+    started = Writer()
+    try:
+        yield started
+    finally:
+        started.close()
 
 
 def count_statements(engine: Engine) -> list[str]:
@@ -57,7 +106,7 @@ def count_statements(engine: Engine) -> list[str]:
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_idle_streams_cost_one_query_a_tick_and_wake_on_their_job_only(
-    engine: Engine, settings: Settings
+    engine: Engine, settings: Settings, writer: Writer
 ) -> None:
     jobs = [running_job(engine) for _ in range(3)]
     statements = count_statements(engine)
@@ -85,9 +134,7 @@ def test_idle_streams_cost_one_query_a_tick_and_wake_on_their_job_only(
                     woken.add(s.job_id)
 
                 waiters = [asyncio.create_task(waiter(s)) for s in subscriptions]
-                await asyncio.to_thread(
-                    write_from_another_process, settings.resolved_database_url, jobs[0]
-                )
+                await asyncio.to_thread(writer.write, settings.resolved_database_url, jobs[0])
                 deadline = time.monotonic() + 5
                 while jobs[0] not in woken and time.monotonic() < deadline:
                     await asyncio.sleep(0.01)
@@ -172,7 +219,7 @@ def parse_frames(chunks: list[bytes]) -> list[tuple[int, str, dict[str, Any]]]:
 @pytest.mark.parametrize("prefetch", [True, False], ids=["prefetched", "read-by-streams"])
 @pytest.mark.parametrize("database_url", ["sqlite", "postgres"], indirect=True)
 def test_streams_of_one_job_share_each_read_and_each_gets_every_row_once(
-    engine: Engine, settings: Settings, prefetch: bool
+    engine: Engine, settings: Settings, writer: Writer, prefetch: bool
 ) -> None:
     """Thirty streams follow one job (some from its start, some resumed mid-way, some joining
     while it writes) while another process writes to it: each gets every row after its own
@@ -202,7 +249,7 @@ def test_streams_of_one_job_share_each_read_and_each_gets_every_row_once(
             followers += [asyncio.create_task(follow(f"resumed-{i}", 2)) for i in range(5)]
             for n in range(writes):
                 await asyncio.to_thread(
-                    write_from_another_process,
+                    writer.write,
                     settings.resolved_database_url,
                     job_id,
                     n == writes - 1,

@@ -27,6 +27,7 @@ from service.executors.rq import RQExecutor
 from service.models import Checkpoint, Job, JobEvent, LogLine, MetricPoint
 from service.settings import Settings
 from service.store import create_job, list_checkpoints
+from tests.integration.conftest import copy_migrated_sqlite
 from tests.support.attempts import run_attempt
 from tests.support.isolation import reachable_by_job_users
 from tests.support.procs import job_processes
@@ -155,7 +156,11 @@ def assert_nothing_left(env: WorkerEnv) -> None:
 
 
 @pytest.fixture
-def wenv(tmp_path: Path, sqlite_url: str, redis_url: str) -> Iterator[WorkerEnv]:
+def wenv(
+    tmp_path: Path, sqlite_url: str, migrated_sqlite_file: Path, redis_url: str
+) -> Iterator[WorkerEnv]:
+    """On a copy of the SQLite file migrated once per test process (`copy_migrated_sqlite`)."""
+    copy_migrated_sqlite(migrated_sqlite_file, sqlite_url)
     yield from make_worker_env(tmp_path, sqlite_url, redis_url)
 
 

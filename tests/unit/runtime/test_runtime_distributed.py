@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -81,8 +84,66 @@ def rank_accumulate(ctx: DistContext) -> dict[str, Any]:
     return {"params": lb.unwrap_model(model).state_dict(), "unsynced": unsynced}
 
 
-def test_two_ranks_join_one_gloo_group() -> None:
-    results = run_ranks(rank_basics, 2)
+# One start of two ranks runs every rank function above in turn (each start costs the ranks an
+# import of torch, seconds of CPU); the tests below each read what their function returned.
+
+
+@dataclass(frozen=True)
+class PartFailed:
+    """A rank function that raised: its traceback, kept as its result so that only its test
+    fails."""
+
+    traceback: str
+
+
+PARTS: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
+    "basics": (rank_basics, ()),
+    "gather in order": (rank_gather, (7, False)),
+    "gather shuffled": (rank_gather, (7, True)),
+    "report and save": (rank_report_and_save, ()),
+    "accumulate": (rank_accumulate, ()),
+}
+
+
+def rank_every_part(ctx: DistContext) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for name, (fn, args) in PARTS.items():
+        try:
+            results[name] = fn(ctx, *args)
+        except Exception:  # noqa: BLE001 - the part's test fails with it
+            results[name] = PartFailed(traceback.format_exc())
+    return results
+
+
+@dataclass
+class TwoRanks:
+    by_rank: list[dict[str, Any]]
+    events_file: Path
+    ckpt_dir: Path
+
+    def results(self, part: str) -> list[Any]:
+        """What `part`'s function returned on rank 0 and rank 1; fails naming the part and
+        the rank when it raised."""
+        for rank, results in enumerate(self.by_rank):
+            if isinstance(results[part], PartFailed):
+                pytest.fail(f"{part} raised on rank {rank}:\n{results[part].traceback}")
+        return [results[part] for results in self.by_rank]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> TwoRanks:
+    folder = tmp_path_factory.mktemp("two-ranks")
+    events_file, ckpt_dir = folder / "events.jsonl", folder / "ckpt"
+    by_rank = run_ranks(
+        rank_every_part,
+        2,
+        env={env.EVENTS_FILE: str(events_file), env.CHECKPOINT_DIR: str(ckpt_dir)},
+    )
+    return TwoRanks(by_rank, events_file, ckpt_dir)
+
+
+def test_two_ranks_join_one_gloo_group(two_ranks: TwoRanks) -> None:
+    results = two_ranks.results("basics")
     assert [r["rank"] for r in results] == [0, 1]
     assert all(r["world"] == 2 and r["backend"] == "gloo" and r["group"] for r in results)
     assert [r["main"] for r in results] == [True, False]
@@ -90,8 +151,10 @@ def test_two_ranks_join_one_gloo_group() -> None:
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
-def test_gather_eval_counts_each_of_an_odd_number_of_samples_once(shuffle: bool) -> None:
-    for flat, pairs, even in run_ranks(rank_gather, 2, args=(7, shuffle)):
+def test_gather_eval_counts_each_of_an_odd_number_of_samples_once(
+    two_ranks: TwoRanks, shuffle: bool
+) -> None:
+    for flat, pairs, even in two_ranks.results("gather shuffled" if shuffle else "gather in order"):
         assert len(flat) == 7
         assert sorted(flat.tolist()) == list(range(7))
         if not shuffle:
@@ -100,15 +163,10 @@ def test_gather_eval_counts_each_of_an_odd_number_of_samples_once(shuffle: bool)
         assert even.dtype == torch.bool and int(even.sum()) == 4
 
 
-def test_only_rank_zero_reports_and_saves(tmp_path: Path) -> None:
-    events_file, ckpt_dir = tmp_path / "events.jsonl", tmp_path / "ckpt"
-    names = run_ranks(
-        rank_report_and_save,
-        2,
-        env={env.EVENTS_FILE: str(events_file), env.CHECKPOINT_DIR: str(ckpt_dir)},
-    )
+def test_only_rank_zero_reports_and_saves(two_ranks: TwoRanks) -> None:
+    names = two_ranks.results("report and save")
     assert names == ["step-000000003.pt", None]
-    lines = [json.loads(raw) for raw in events_file.read_text().splitlines()]
+    lines = [json.loads(raw) for raw in two_ranks.events_file.read_text().splitlines()]
     assert [(e["type"], e["step"]) for e in lines] == [
         ("metric", 1),
         ("metric", 2),
@@ -116,11 +174,11 @@ def test_only_rank_zero_reports_and_saves(tmp_path: Path) -> None:
         ("checkpoint", 3),
     ]
     assert all(e["metrics"].get("loss", 0.0) == 0.0 for e in lines), "rank 0's values"
-    assert [p.name for p in ckpt_dir.iterdir()] == ["step-000000003.pt"]
+    assert [p.name for p in two_ranks.ckpt_dir.iterdir()] == ["step-000000003.pt"]
 
 
-def test_no_sync_accumulation_matches_the_large_batch() -> None:
-    results = run_ranks(rank_accumulate, 2)
+def test_no_sync_accumulation_matches_the_large_batch(two_ranks: TwoRanks) -> None:
+    results = two_ranks.results("accumulate")
     reference, xs, ys = make_problem()
     optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
     for x, y in zip(xs, ys, strict=True):
