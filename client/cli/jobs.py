@@ -72,6 +72,7 @@ def submit(
             print_dry_run(lb.dry_run_job(spec), as_json)
             return
         job = lb.submit_job(spec, idempotency_key=idempotency_key)
+        say_warnings(job.warnings)
         if not wait:
             if as_json:
                 print_json(job)
@@ -88,6 +89,13 @@ def submit(
             job = follow_job(lb, job.id, console)
             console.print(describe_end(job))
     raise typer.Exit(exit_code_for(job))
+
+
+def say_warnings(warnings: list[str]) -> None:
+    """What the API said of a job it accepted (e.g. workers of its queue that cannot run it),
+    on stderr, so that --json's stdout stays JSON."""
+    for warning in warnings:
+        err().print(f"warning: {warning}", markup=False, highlight=False)
 
 
 def print_dry_run(plan: dict[str, Any], as_json: bool) -> None:

@@ -398,7 +398,7 @@ def readme_sdk_snippet() -> str:
 
 def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "WebDriver") -> None:
     """The README's SDK snippet, as written, run twice: the same outcome, two jobs. With a job
-    that cannot launch (64 ranks on a worker of 2 slots): the jobs list says why it failed and
+    that cannot launch (64 ranks on a worker of 1 slot): the jobs list says why it failed and
     filters; the compare view overlays the two runs' metrics (same specs), and shows the
     differences of a run's spec and the failed job's; the failed job's ranks say they wrote
     nothing; the worker's healthcheck passes against the live worker."""
@@ -406,8 +406,11 @@ def test_runs_compared_and_failures_explained(sqlite_stack: Stack, browser: "Web
     from selenium.webdriver.support.ui import Select
 
     with sqlite_stack.client() as http:
+        # On a queue no live worker serves yet (else it is refused at once), then taken by one
+        # of 1 slot, which cannot launch it.
         broken_spec = {"name": "too-wide", "recipe": "synthetic", "nproc_per_node": 64}
-        broken = http.post("/v1/jobs", json=broken_spec).json()["id"]
+        broken = http.post("/v1/jobs", json={**broken_spec, "queue": "wide"}).json()["id"]
+    sqlite_stack.start_worker("wide", args=["--slots", "1"])
     code = readme_sdk_snippet()
     assert "idempotency_key" not in code  # no fixed key that would replay the first job
     outputs = []
