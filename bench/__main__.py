@@ -29,6 +29,7 @@ BENCHMARKS = {
     "chaos": "bench.r12_chaos",
     "workdir": "bench.p10_workdir",
     "demo": "bench.d1_demo",
+    "walk": "bench.newcomer_walk",
     "capture": "bench.p13_capture",
 }
 

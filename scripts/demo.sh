@@ -137,8 +137,12 @@ for _ in $(seq 600); do
   sleep 0.2
 done
 "$lb" watch "$job"
-"$lb" download "$job" --checkpoint best -o digits-best.pt
-echo "demo: the best checkpoint is ./digits-best.pt (README: \"Using a downloaded checkpoint\")"
+# A second run keeps the first run's checkpoint: this one goes to digits-best-2.pt, and so on.
+saved=$("$lb" download "$job" --checkpoint best -o digits-best.pt --no-clobber)
+echo "$saved"
+best=${saved#saved }
+best=${best% (sha256 verified)}
+echo "demo: the best checkpoint is ./$best; to load it: docs/sdk.md#using-a-downloaded-checkpoint"
 
 left_behind() {
   [ -n "$root" ] || return 0

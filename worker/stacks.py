@@ -140,6 +140,16 @@ def flight_recorder_dumps(log_dir: Path) -> dict[int, Path]:
     return found
 
 
+def last_output_ts(log_dir: Path, rank: int) -> float | None:
+    """When the rank last wrote to its log; None while it has written nothing (its log is
+    made empty when it starts: that time says nothing of its progress) or has no log."""
+    try:
+        written = rank_files.LOG.path(log_dir, rank).stat()
+    except OSError:
+        return None
+    return written.st_mtime if written.st_size > 0 else None
+
+
 def capture_stacks(pids: list[int], log_dir: Path) -> list[RankStackDump]:
     """Every rank's stack now, with when the rank last wrote to its log (its progress)."""
     py_spy = py_spy_path()
@@ -150,10 +160,7 @@ def capture_stacks(pids: list[int], log_dir: Path) -> list[RankStackDump]:
         if rank in recorder:
             size = recorder[rank].stat().st_size
             stack += f"\nNCCL flight recorder dump: {recorder[rank]} ({size} bytes)\n"
-        try:
-            last_output: float | None = rank_files.LOG.path(log_dir, rank).stat().st_mtime
-        except OSError:
-            last_output = None
+        last_output = last_output_ts(log_dir, rank)
         dumps.append(RankStackDump(rank, pid, stack, in_collective(stack), last_output))
     if not dumps:
         log.info("no rank process found among %d processes", len(pids))

@@ -72,6 +72,7 @@ def submit(
             print_dry_run(lb.dry_run_job(spec), as_json)
             return
         job = lb.submit_job(spec, idempotency_key=idempotency_key)
+        say_warnings(job.warnings)
         if not wait:
             if as_json:
                 print_json(job)
@@ -88,6 +89,13 @@ def submit(
             job = follow_job(lb, job.id, console)
             console.print(describe_end(job))
     raise typer.Exit(exit_code_for(job))
+
+
+def say_warnings(warnings: list[str]) -> None:
+    """What the API said of a job it accepted (e.g. workers of its queue that cannot run it),
+    on stderr, so that --json's stdout stays JSON."""
+    for warning in warnings:
+        err().print(f"warning: {warning}", markup=False, highlight=False)
 
 
 def print_dry_run(plan: dict[str, Any], as_json: bool) -> None:
@@ -288,10 +296,19 @@ def download(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="File or directory to save to.")
     ] = None,
+    no_clobber: Annotated[
+        bool,
+        typer.Option(
+            "--no-clobber",
+            help="When the -o file exists, save beside it as NAME-2.pt (NAME-3.pt, ...).",
+        ),
+    ] = False,
 ) -> None:
     """Download a checkpoint, resuming an interrupted transfer and checking its sha256; a
     directory checkpoint is unpacked (into -o without its .tar/.pt suffix) and every file
-    checked against its manifest."""
+    checked against its manifest. The last line says where it went."""
+    if no_clobber and output is not None:
+        output = unused_path(output)
     columns = (
         TextColumn("{task.description}", markup=False),
         BarColumn(),
@@ -312,3 +329,14 @@ def download(
         out().print(f"unpacked {path}/ (sha256 of the tar and of every file verified)")
     else:
         out().print(f"saved {path} (sha256 verified)")
+
+
+def unused_path(path: Path) -> Path:
+    """`path` when nothing is there (or it is a directory, which the file goes into), else the
+    first of `<stem>-2<suffix>`, `<stem>-3<suffix>`, ... that is free."""
+    if not path.exists() or path.is_dir():
+        return path
+    number = 2
+    while (candidate := path.with_name(f"{path.stem}-{number}{path.suffix}")).exists():
+        number += 1
+    return candidate

@@ -8,7 +8,7 @@ import typer
 
 from client import render
 from client.cli.base import EXIT_INTERRUPTED, app, err, fail, out, print_json, state_of
-from client.cli.jobs import JobId, JsonFlag
+from client.cli.jobs import JobId, JsonFlag, say_warnings
 from client.errors import CommandError
 from client.models import UploadedDirectory
 from client.specfile import load_spec
@@ -85,6 +85,7 @@ def run(
             env=parse_env(env or []),
             on_upload=None if as_json else report_upload,
         )
+        say_warnings(job.warnings)
         if as_json:
             job = lb.wait_for_job(job.id)
             print_json(job)

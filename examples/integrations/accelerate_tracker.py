@@ -3,13 +3,10 @@ checkpoint per epoch and resume (the SDK's save_checkpoint / load_resume_state).
 
 On CPU, accelerate runs multi-process only with ACCELERATE_USE_CPU=1, which Launchbay sets for
 torchrun jobs on CPU. `--fail-after-epoch N` makes the first attempt fail after epoch N has
-been saved: with `max_retries: 1` the next attempt resumes from that checkpoint. Spec:
+been saved: with `max_retries: 1` the next attempt resumes from that checkpoint.
 
-    name: accelerate-tracker
-    code: {code_id: <id>, entrypoint: accelerate_tracker.py}
-    launcher: torchrun
-    nproc_per_node: 2
-    device: cpu
+Its spec is `accelerate_tracker.yaml`, beside it, which says how to run it:
+`launchbay run -f accelerate_tracker.yaml -- python accelerate_tracker.py`.
 """
 
 import argparse

@@ -8,15 +8,10 @@ directory is complete.
 DeepSpeed is the job's own requirement. On CPU it picks its CPU accelerator and gloo by itself
 and compiles its shared-memory communication op on first use (minutes; Launchbay keeps the
 build for the owner's later jobs). `--fail-at-step N` makes the first attempt fail after the
-checkpoint at step N: with `max_retries: 1` the next attempt resumes from it. Spec:
+checkpoint at step N: with `max_retries: 1` the next attempt resumes from it.
 
-    name: deepspeed-zero
-    code: {code_id: <id>, entrypoint: deepspeed_zero.py}
-    launcher: torchrun
-    nproc_per_node: 2
-    device: cpu
-    pass_local_rank_arg: underscore   # `--local_rank=<n>`, as the deepspeed launcher passes it
-    environment: {requirements: ["deepspeed==0.19.8"]}
+Its spec is `deepspeed_zero.yaml`, beside it, which says how to run it:
+`launchbay run -f deepspeed_zero.yaml -- python deepspeed_zero.py`.
 """
 
 import argparse

@@ -3,14 +3,10 @@ checkpoint per epoch registered by the logger, and resume.
 
 `--fail-at-epoch N` makes the first attempt fail as epoch N starts (epochs count from 0):
 with `max_retries: 1` the second attempt resumes from the last checkpoint. Lightning is the
-job's own requirement. Spec:
+job's own requirement.
 
-    name: lightning-logger
-    code: {code_id: <id>, entrypoint: lightning_logger.py}
-    launcher: torchrun
-    nproc_per_node: 2
-    device: cpu
-    environment: {requirements: ["lightning==2.5.6"]}
+Its spec is `lightning_logger.yaml`, beside it, which says how to run it:
+`launchbay run -f lightning_logger.yaml -- python lightning_logger.py`.
 """
 
 import argparse

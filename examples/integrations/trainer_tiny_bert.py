@@ -7,14 +7,10 @@ attempt resumes from the latest. Without `LaunchbayCallback` and the two helpers
 
 `--fail-at-step N` makes the first attempt fail right after the checkpoint of step N: with
 `max_retries: 1` the second attempt resumes from it. transformers is the job's own
-requirement, installed by the worker (docs/training-scripts.md). Spec:
+requirement, installed by the worker (docs/training-scripts.md).
 
-    name: tiny-bert-trainer
-    code: {code_id: <id>, entrypoint: trainer_tiny_bert.py}
-    launcher: torchrun
-    nproc_per_node: 2
-    device: cpu
-    environment: {requirements: ["transformers==4.57.1"]}
+Its spec is `trainer_tiny_bert.yaml`, beside it, which says how to run it:
+`launchbay run -f trainer_tiny_bert.yaml -- python trainer_tiny_bert.py`.
 """
 
 import argparse

@@ -5,13 +5,10 @@ and sets up the process group itself; `accelerator.prepare` wraps the model in D
 shards the data loader. On CPU, accelerate runs multi-process only when told to with
 ACCELERATE_USE_CPU=1, which Launchbay sets for torchrun jobs on CPU; without it, it quietly
 falls back to independent single processes. The main process appends JSON lines to
-$LAUNCHBAY_EVENTS_FILE. Spec:
+$LAUNCHBAY_EVENTS_FILE.
 
-    name: accelerate-example
-    code: {code_id: <id>, entrypoint: train_accelerate.py}
-    launcher: torchrun
-    nproc_per_node: 2
-    device: cpu
+Its spec is `train_accelerate.yaml`, beside it, which says how to run it:
+`launchbay run -f train_accelerate.yaml -- python train_accelerate.py`.
 """
 
 import argparse

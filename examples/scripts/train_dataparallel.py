@@ -4,13 +4,10 @@ DataParallel splits each batch over the visible GPUs inside one process (on CPU 
 runs the wrapped module). Use `launcher: python` with `nproc_per_node: 1`: one process,
 which uses every GPU the worker gives it. Reporting goes through the Launchbay SDK's
 `report` and `save_checkpoint`, which work without any process group (this process is
-rank 0). Spec:
+rank 0).
 
-    name: dataparallel-example
-    code: {code_id: <id>, entrypoint: train_dataparallel.py}
-    launcher: python
-    nproc_per_node: 1
-    device: cpu
+Its spec is `train_dataparallel.yaml`, beside it, which says how to run it:
+`launchbay run -f train_dataparallel.yaml -- python train_dataparallel.py`.
 """
 
 import argparse

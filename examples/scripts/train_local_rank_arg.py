@@ -4,14 +4,10 @@
 Set `pass_local_rank_arg: true` and the worker gives each rank `--local-rank=<n>` (the
 spelling of torch >= 2.0; older launchers wrote `--local_rank`, so accept both). RANK,
 WORLD_SIZE, MASTER_ADDR and MASTER_PORT still come from the environment (init_method
-"env://"). Rank 0 appends JSON lines to $LAUNCHBAY_EVENTS_FILE itself. Spec:
+"env://"). Rank 0 appends JSON lines to $LAUNCHBAY_EVENTS_FILE itself.
 
-    name: local-rank-arg-example
-    code: {code_id: <id>, entrypoint: train_local_rank_arg.py}
-    launcher: torchrun
-    pass_local_rank_arg: true
-    nproc_per_node: 2
-    device: cpu
+Its spec is `train_local_rank_arg.yaml`, beside it, which says how to run it:
+`launchbay run -f train_local_rank_arg.yaml -- python train_local_rank_arg.py`.
 """
 
 import argparse

@@ -5,13 +5,10 @@ MASTER_ADDR, MASTER_PORT (a free port) and WORLD_SIZE (= nproc_per_node); the sc
 spawns WORLD_SIZE ranks and each joins the group with its own rank. Nothing else sets
 RANK or LOCAL_RANK here: mp.spawn hands each child its index. Rank 0 appends JSON lines
 to $LAUNCHBAY_EVENTS_FILE. Each spawned rank's output is its own log in Launchbay (the
-process index mp.spawn gives it is its rank). Spec:
+process index mp.spawn gives it is its rank).
 
-    name: mp-spawn-example
-    code: {code_id: <id>, entrypoint: train_mp_spawn.py}
-    launcher: python
-    nproc_per_node: 2
-    device: cpu
+Its spec is `train_mp_spawn.yaml`, beside it, which says how to run it:
+`launchbay run -f train_mp_spawn.yaml -- python train_mp_spawn.py`.
 """
 
 import argparse

@@ -3,14 +3,10 @@
 The worker starts one process per rank with torchrun, which sets RANK, LOCAL_RANK,
 WORLD_SIZE, MASTER_ADDR and MASTER_PORT; `lb.distributed()` joins the process group from
 them (gloo on CPU, nccl on GPUs), and `lb.report` / `lb.save_checkpoint` write rank 0's
-events file. Spec (see docs/training-scripts.md):
+events file.
 
-    name: torchrun-example
-    code: {code_id: <from `launchbay code upload train_torchrun.py`>, entrypoint: train_torchrun.py}
-    launcher: torchrun
-    nproc_per_node: 2
-    device: cpu
-    args: ["--steps", "20"]
+Its spec is `train_torchrun.yaml`, beside it, which says how to run it:
+`launchbay run -f train_torchrun.yaml -- python train_torchrun.py`.
 """
 
 import argparse

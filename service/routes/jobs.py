@@ -33,6 +33,7 @@ from service.executors.base import ExecutorUnavailable
 from service.models import Job
 from service.scheduling.submission import check_schedulable
 from service.schemas import JobPublic, JobsPublic
+from service.worker_fit import check_worker_fit
 
 log = logging.getLogger("launchbay.api")
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -71,7 +72,8 @@ def submit_job(
         existing = store.find_job_by_idempotency_key(session, principal.name, idempotency_key)
         if existing is not None:
             return _replay(existing, request_hash, response)
-    # After the replay: a client retrying with its key is never refused for the rate.
+    # After the replay: a retry with its key is never refused for the rate or the workers.
+    warnings = check_worker_fit(redis, spec, dispatcher=settings.scheduler == "dispatcher")
     quota.check_disk_quota(session, principal, settings)
     policy.check_submission_rate(redis, principal.name, settings.submissions_per_minute)
     try:
@@ -81,6 +83,7 @@ def submit_job(
             owner=principal.name,
             idempotency_key=idempotency_key or None,
             request_hash=request_hash,
+            warnings=warnings,
         )
     except IntegrityError:
         # Another request with the same key committed first.
@@ -90,6 +93,12 @@ def submit_job(
         if existing is None:
             raise
         return _replay(existing, request_hash, response)
+    _enqueue(executor, job)
+    log.info("job %s submitted by %s to queue %s", job.id, principal.name, job.queue)
+    return JobPublic.model_validate(job)
+
+
+def _enqueue(executor: ExecutorDep, job: Job) -> None:
     try:
         executor.submit(job)
     except ExecutorUnavailable as exc:
@@ -100,8 +109,6 @@ def submit_job(
             code="queue_unavailable",
             detail={"job_id": job.id},
         ) from exc
-    log.info("job %s submitted by %s to queue %s", job.id, principal.name, job.queue)
-    return JobPublic.model_validate(job)
 
 
 def _replay(existing: Job, request_hash: str, response: Response) -> JobPublic:

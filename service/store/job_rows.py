@@ -39,7 +39,10 @@ def create_job(
     owner: str = "",
     idempotency_key: str | None = None,
     request_hash: str | None = None,
+    warnings: Sequence[str] = (),
 ) -> Job:
+    """A new job, `queued`, with the `warnings` said at its submission (committed; bounded by
+    the caller, `service.store.job_warnings.merge_warnings`)."""
     job = Job(
         id=new_id(),
         name=spec.name,
@@ -50,6 +53,7 @@ def create_job(
         idempotency_key=idempotency_key,
         request_hash=request_hash,
         last_seq=1,  # the `queued` event's, inserted with the row: no one else sees it yet
+        warnings=list(warnings),
     )
     session.add(job)
     session.flush()

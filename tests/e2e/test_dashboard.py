@@ -21,7 +21,7 @@ from tests.support.stack import Stack
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GETTING_STARTED = Path(__file__).resolve().parents[2] / "docs" / "getting-started.md"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(
@@ -391,26 +391,30 @@ def test_a_multi_node_job_shows_its_nodes_and_labels_ranks_by_node(
 
 
 def readme_sdk_snippet() -> str:
-    section = README.read_text().split("## The Python SDK", 1)[1]
+    """The SDK snippet the README's docs give first (docs/getting-started.md, "From Python")."""
+    section = GETTING_STARTED.read_text().split("## From Python", 1)[1]
     match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "no python block under '## The Python SDK'"
+    assert match, "no python block under '## From Python'"
     return match.group(1)
 
 
 def test_runs_compared_and_failures_explained(
     shared_sqlite_stack: Stack, browser: "WebDriver"
 ) -> None:
-    """The README's SDK snippet, as written, run twice: the same outcome, two jobs. With a job
-    that cannot launch (64 ranks on a worker of 2 slots): the jobs list says why it failed and
-    filters; the compare view overlays the two runs' metrics (same specs), and shows the
-    differences of a run's spec and the failed job's; the failed job's ranks say they wrote
-    nothing; the worker's healthcheck passes against the live worker."""
+    """The SDK snippet of docs/getting-started.md, as written, run twice: the same outcome, two
+    jobs. With a job that cannot launch (64 ranks on a worker of 1 slot): the jobs list says why
+    it failed and filters; the compare view overlays the two runs' metrics (same specs), and
+    shows the differences of a run's spec and the failed job's; the failed job's ranks say they
+    wrote nothing; the worker's healthcheck passes against the live worker."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
     with shared_sqlite_stack.client() as http:
+        # On a queue no live worker serves yet (else it is refused at once), then taken by one
+        # of 1 slot, which cannot launch it.
         broken_spec = {"name": "too-wide", "recipe": "synthetic", "nproc_per_node": 64}
-        broken = http.post("/v1/jobs", json=broken_spec).json()["id"]
+        broken = http.post("/v1/jobs", json={**broken_spec, "queue": "wide"}).json()["id"]
+    shared_sqlite_stack.start_worker("wide", args=["--slots", "1"])
     code = readme_sdk_snippet()
     assert "idempotency_key" not in code  # no fixed key that would replay the first job
     outputs = []

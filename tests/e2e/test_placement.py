@@ -68,6 +68,12 @@ def rank_lines(http: httpx.Client, job_id: str) -> dict[int, list[str]]:
 
 def test_workers_split_the_gpus_of_a_machine(placement_stack: Stack) -> None:
     stack = placement_stack
+    with stack.client() as http:
+        upload = http.post("/v1/code", files={"file": ("where.py", io.BytesIO(SCRIPT))})
+        assert upload.status_code == 201, upload.text
+        code_id = upload.json()["code_id"]
+        # Accepted while no worker serves its queue (one may come); its worker then refuses it.
+        too_big = submit(http, code_id, "pair-b", nproc=3)
     stack.start_worker("pair-a", args=["--gpus", "0,1"], **CPU_FALLBACK)
     stack.start_worker("pair-b", args=["--gpus", "2, 3"], **CPU_FALLBACK)
     with stack.client() as http:
@@ -89,11 +95,19 @@ def test_workers_split_the_gpus_of_a_machine(placement_stack: Stack) -> None:
         # It has exited: whatever it would have registered is there by now.
         assert sorted(workers_by_queue(http)) == ["pair-a", "pair-b"]
 
-        upload = http.post("/v1/code", files={"file": ("where.py", io.BytesIO(SCRIPT))})
-        assert upload.status_code == 201, upload.text
-        code_id = upload.json()["code_id"]
         jobs = {queue: submit(http, code_id, queue, nproc=2) for queue in ("pair-a", "pair-b")}
-        too_big = submit(http, code_id, "pair-b", nproc=3)
+        # Once the queue's live workers are known, one that none of them could run is refused.
+        refused = http.post(
+            "/v1/jobs",
+            json={
+                "name": "where-too-big",
+                "code": {"code_id": code_id, "entrypoint": "where.py"},
+                "queue": "pair-b",
+                "nproc_per_node": 3,
+            },
+        )
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["code"] == "never_fits"
         one_rank = submit(http, code_id, "pair-b", nproc=1)
 
         for queue, visible in (("pair-a", "0,1"), ("pair-b", "2,3")):
