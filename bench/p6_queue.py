@@ -2,7 +2,7 @@
 enqueue → perform of a no-op on the same Redis.
 
 Launchbay: the clock is read before the POST; the launcher's start is the birth time of the
-attempt's `logs/launcher.log`, which `worker.supervise.start_launcher` creates right before
+attempt's `logs/launcher.log`, which `worker.process_tree.start_launcher` creates right before
 it forks torchrun (statx birth time, ns resolution, same clock). The job's `started_at` (the
 horse taking the job) splits the delay into queue and preparation.
 

@@ -117,7 +117,7 @@ def _database(server: str | None) -> Iterator[str | None]:
 
 def state_plan(url: str) -> str:
     """The top plan node of the state filter's page query (its index, no sort)."""
-    from service.store.job_rows import job_list_query
+    from service.records.job_rows import job_list_query
 
     engine = make_engine(url)
     try:

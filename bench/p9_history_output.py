@@ -18,9 +18,9 @@ from devstack.services import postgres_database
 from devstack.stack import Stack
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
-from service import store
+from service import records
 from service.db import make_engine, upgrade_database
-from service.store import outputs
+from service.records import outputs
 
 BIG_POINTS, BIG_LINES = 1_000_000, 500_000
 LOG_LINE = "epoch 3 step {step} loss=0.123456 lr=0.000100 grad_norm=1.2345 samples/s=1234.5"
@@ -28,9 +28,9 @@ LOG_LINE = "epoch 3 step {step} loss=0.123456 lr=0.000100 grad_norm=1.2345 sampl
 
 def running_job(engine: Engine, name: str) -> str:
     with Session(engine, expire_on_commit=False) as session:
-        job = store.create_job(session, JobSpec(name=name, recipe="synthetic"))
-        store.transition_job(session, job.id, JobState.STARTING, attempt=1)
-        store.transition_job(session, job.id, JobState.RUNNING, attempt=1)
+        job = records.create_job(session, JobSpec(name=name, recipe="synthetic"))
+        records.transition_job(session, job.id, JobState.STARTING, attempt=1)
+        records.transition_job(session, job.id, JobState.RUNNING, attempt=1)
         return job.id
 
 
@@ -44,19 +44,19 @@ def seed_output(engine: Engine, job_id: str, points: int, lines: int) -> int:
         step = 0
         while step < steps or logged < lines:
             batch_points = [
-                store.NewMetricPoint(s, s // 1000, name, 1.0 / (1 + s) + (i % 7) * 1e-3, float(s))
+                records.NewMetricPoint(s, s // 1000, name, 1.0 / (1 + s) + (i % 7) * 1e-3, float(s))
                 for s in range(step, min(step + 1000, steps))
                 for i, name in enumerate(names)
             ]
             take = min(2000, lines - logged)
             batch_logs = [
-                store.NewLogLine(0, float(step), LOG_LINE.format(step=logged + k))
+                records.NewLogLine(0, float(step), LOG_LINE.format(step=logged + k))
                 for k in range(take)
             ]
             logged += take
             step += 1000
-            store.append_output(session, job_id, 1, logs=batch_logs, points=batch_points)
-        store.transition_job(
+            records.append_output(session, job_id, 1, logs=batch_logs, points=batch_points)
+        records.transition_job(
             session, job_id, JobState.SUCCEEDED, attempt=1, exit_reason=ExitReason.COMPLETED
         )
     return sum(len(LOG_LINE.format(step=k)) for k in range(lines))
@@ -175,14 +175,16 @@ def ingest_cost(rounds: int = 6, steps: int = 2500) -> tuple[float, float]:
                 outputs.add_to_rollups = kept if with_rollups else (lambda *a, **k: None)  # type: ignore[assignment]
                 job_id = running_job(engine, f"ingest-{round_}")
                 points = [
-                    store.NewMetricPoint(step, 0, f"m{i:02d}", step + i / 100, float(step))
+                    records.NewMetricPoint(step, 0, f"m{i:02d}", step + i / 100, float(step))
                     for step in range(steps)
                     for i in range(20)
                 ]
                 began = time.perf_counter()
                 with Session(engine) as session:
                     for first in range(0, len(points), 5000):
-                        store.append_output(session, job_id, 1, points=points[first : first + 5000])
+                        records.append_output(
+                            session, job_id, 1, points=points[first : first + 5000]
+                        )
                 rates[with_rollups].append(len(points) / (time.perf_counter() - began))
     finally:
         outputs.add_to_rollups = kept  # type: ignore[assignment]

@@ -1,5 +1,5 @@
 """P9: log search among 1,000,000 log lines of one job on PostgreSQL: the latency of
-`GET /v1/jobs/{id}/logs?q=`'s query (`service.store.log_search`, the code the route runs) with
+`GET /v1/jobs/{id}/logs?q=`'s query (`service.records.log_search`, the code the route runs) with
 the pg_trgm GIN index of migration 0009, against the same query as a plain `LIKE` scan
 without the index, side by side on one database.
 
@@ -19,7 +19,7 @@ from sqlmodel import Session
 from bench.common import Result
 from devstack.services import postgres_database, postgres_server
 from service.db import make_engine, upgrade_database
-from service.store.log_search import LogQuery, check_query, search_job_logs
+from service.records.log_search import LogQuery, check_query, search_job_logs
 
 LINES = 1_000_000
 ROUNDS = 7

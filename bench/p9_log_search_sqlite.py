@@ -1,5 +1,5 @@
 """P9 on SQLite: the cost of matching a log search's regular expression with RE2 (the route's
-code, `service.store.log_search`, where `jobs.user_regex` compiles the pattern), against the
+code, `service.records.log_search`, where `jobs.user_regex` compiles the pattern), against the
 matcher it replaced, Python's `re` on each line's str, side by side on one database.
 
 SQLite has no index for either: every search scans the job's lines and calls the function
@@ -25,7 +25,7 @@ from sqlmodel import Session, col, select
 from bench.common import Result
 from service.db import make_engine, upgrade_database
 from service.models import LogLine
-from service.store.log_search import LogQuery, check_query, search_job_logs
+from service.records.log_search import LogQuery, check_query, search_job_logs
 
 LINES = 200_000
 ROUNDS = 7
@@ -45,7 +45,7 @@ def _python_re(pattern: str) -> re.Pattern[str]:
 
 
 def _baseline_match(pattern: str, line: str | None) -> int:
-    """The matcher before RE2 (service/store/log_search.py before issue 34), as it was."""
+    """The matcher before RE2 (service/records/log_search.py before issue 34), as it was."""
     return int(line is not None and _python_re(pattern).search(line) is not None)
 
 

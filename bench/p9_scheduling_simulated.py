@@ -15,7 +15,7 @@ from sqlmodel import Session
 from devstack.workers import register_worker
 from jobs.spec import JobSpec
 from jobs.states import JobState
-from service import store
+from service import records
 from service.db import make_engine, upgrade_database
 from service.executors.dispatch import wake_dispatcher
 from service.scheduling.capacity import dispatch_queue_name
@@ -91,7 +91,7 @@ def pass_times(root: Path, redis_url: str, passes: int = 50) -> tuple[float, lis
             spec = JobSpec.model_validate(
                 {"name": f"j{i}", "recipe": "synthetic", "nproc_per_node": rng.choice((1, 2, 4, 8))}
             )
-            store.create_job(session, spec, owner=f"owner{rng.randrange(50)}")
+            records.create_job(session, spec, owner=f"owner{rng.randrange(50)}")
     for i in range(100):
         register_worker(redis, f"w{i}", 8, ("busy",) if i < 95 else ("default",), ttl_s=3600)
     dispatcher = Dispatcher(engine, redis, settings)
@@ -126,8 +126,8 @@ class SimulatedWorkers:
                 continue
             job_id, attempt = popped[1].decode().rsplit("-", 1)
             with Session(self.engine) as session:
-                store.take_job(session, job_id, int(attempt))
-                store.transition_job(session, job_id, JobState.SUCCEEDED, attempt=int(attempt))
+                records.take_job(session, job_id, int(attempt))
+                records.transition_job(session, job_id, JobState.SUCCEEDED, attempt=int(attempt))
             wake_dispatcher(redis)
 
     def __enter__(self) -> "SimulatedWorkers":
@@ -155,7 +155,7 @@ def simulated_throughput(root: Path, redis_url: str, jobs: int = 600) -> float:
         register_worker(redis, name, 1, ttl_s=3600)
     spec = JobSpec.model_validate({"name": "n", "recipe": "synthetic", "nproc_per_node": 1})
     with Session(engine) as session:
-        ids = [store.create_job(session, spec, owner=f"o{i % 5}").id for i in range(jobs)]
+        ids = [records.create_job(session, spec, owner=f"o{i % 5}").id for i in range(jobs)]
     dispatcher = Dispatcher(engine, redis, settings)
     lease = dispatcher.keep_lease()
     assert lease is not None

@@ -146,7 +146,7 @@ def _register(stack_root: Path, database_url: str, store: Any, file: Path) -> tu
     from jobs.contract.data_dir import DataLayout
     from jobs.spec import JobSpec
     from jobs.states import AttemptRef, JobState
-    from service import store as registry
+    from service import records as registry
     from service.db import make_engine
     from worker.checkpoints import CheckpointRegistrar
     from worker.events import CheckpointEvent

@@ -10,7 +10,7 @@ off) and as `launchbay reaper`. Each pass:
   (`reap_ended_tasks`);
 - a starting, running or cancelling job whose last heartbeat (or, before the first, its
   start) is older than `reaper_lost_after_s` has lost its worker: a cancelling one becomes
-  `cancelled`; another is retried (`service.store.end_attempt`: queued as attempt + 1, then
+  `cancelled`; another is retried (`service.records.end_attempt`: queued as attempt + 1, then
   submitted to the executor) while its `max_retries` allow, else it fails with exit reason
   `worker_lost`;
 - a node of a multi-node job with no heartbeat for as long ends its attempt the same way,
@@ -59,9 +59,7 @@ from service.executors.registry import parts_of
 from service.models import Job, utcnow
 from service.outages import outage_of
 from service.readiness import write_to_database
-from service.retention import prune_outputs
-from service.settings import Settings
-from service.store import (
+from service.records import (
     QueuedShown,
     commit_end,
     end_attempt,
@@ -73,6 +71,8 @@ from service.store import (
     queued_since,
     show_queued,
 )
+from service.retention import prune_outputs
+from service.settings import Settings
 
 log = logging.getLogger("launchbay.reaper")
 
@@ -227,7 +227,7 @@ def reap_lost_nodes(
     engine: Engine, executor: Executor, settings: Settings, now: datetime, report: ReapReport
 ) -> None:
     """A node of a multi-node job whose worker stopped heartbeating while its peers go on ends
-    the attempt as a whole (`service.store.finish_node`): retried or failed as `worker_lost`,
+    the attempt as a whole (`service.records.finish_node`): retried or failed as `worker_lost`,
     or cancelled if it was cancelling. The peers then see the attempt is over and stop."""
     lost_before = now - timedelta(seconds=settings.reaper_lost_after_s)
     with session_scope(engine) as session:

@@ -254,7 +254,7 @@ class WorkerReservation(BaseModel):
 
 
 class WorkerRecord(WorkerPublic):
-    """What each `launchbay worker` keeps about itself in Redis (`worker.main`, refreshed with
+    """What each `launchbay worker` keeps about itself in Redis (`worker.rq_worker`, refreshed with
     every heartbeat, `service.worker_records.save_worker_record`): the workers of a host read it to
     refuse each other's GPUs, the API answers its public part."""
 

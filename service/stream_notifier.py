@@ -53,7 +53,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.models import Job
-from service.store import mark_watched
+from service.records import mark_watched
 
 log = logging.getLogger("launchbay.stream")
 T = TypeVar("T")
@@ -68,7 +68,7 @@ KEPT_READS_PER_JOB = 16
 KEPT = 2**62
 # At most this many jobs' new rows read by the poller a tick (the others' streams read them).
 PREFETCH_PER_TICK = 32
-# How often the watched jobs are marked as such (`service.store.stacks.WATCHED_FOR` is longer).
+# How often the watched jobs are marked as such (`service.records.signals.WATCHED_FOR` is longer).
 WATCH_MARK_S = 2.0
 JOB = Job.__table__  # type: ignore[attr-defined]
 POSITIONS = select(JOB.c.id, JOB.c.last_seq).where(JOB.c.id.in_(bindparam("ids", expanding=True)))

@@ -1,4 +1,4 @@
-"""The API's webhook delivery loop: sends the outbox (`service.store.webhook_outbox`).
+"""The API's webhook delivery loop: sends the outbox (`service.records.webhook_outbox`).
 
 Each API process runs one `WebhookDispatcher` thread. Every `webhook_poll_s` it picks due
 deliveries whose earlier deliveries of the same job to the same endpoint are done (per-job

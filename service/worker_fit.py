@@ -28,8 +28,8 @@ from redis.exceptions import RedisError
 
 from jobs.spec import JobSpec
 from service.errors import Unprocessable
+from service.records.job_warnings import merge_warnings
 from service.schemas import WorkerRecord
-from service.store.job_warnings import merge_warnings
 from service.worker_records import WORKER_KEY_PATTERN
 
 log = logging.getLogger("launchbay.api")

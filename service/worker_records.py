@@ -1,5 +1,5 @@
 """The workers' records in Redis, which GET /v1/workers lists and the dispatcher places jobs
-by: each `launchbay worker` keeps its own (`worker.main`), with a short TTL.
+by: each `launchbay worker` keeps its own (`worker.rq_worker`), with a short TTL.
 
 `KEY_PREFIX` begins every Redis key Launchbay names itself, but not all of them are built
 here: the dispatcher's wake-up list is `service.executors.dispatch.WAKE_KEY`, the rate limits'

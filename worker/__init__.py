@@ -5,7 +5,7 @@ ingest what its ranks write, and record how it ended.
     tasks.run_job (RQ entry point, in the horse) -> attempt.run_taken
         prepare: checks, directories, code        launch: the pure argv/env builder
         monitor: the supervisor loop, with
-            supervise (process tree, stop)  ingest + events (logs, metrics)  checkpoints
+            process_tree (start, stop)      ingest + events (logs, metrics)  checkpoints
         heartbeat: the attempt's heartbeat, in a thread beside the loop
         outcome: why it ended; attempt_end records it (a retried failure goes back to the
             queue as the next attempt)

@@ -1,15 +1,15 @@
 """One attempt of a job, from `queued` to its end: take it, prepare and launch it, have it
 monitored (`worker.monitor`) with its heartbeat beside (`worker.heartbeat`), and record how
-it ended (`worker.attempt_end`, through `service.store.end_attempt`): a failure whose exit
+it ended (`worker.attempt_end`, through `service.records.end_attempt`): a failure whose exit
 reason is retried, while the spec's `max_retries` allow, puts the job back to `queued` as the
 next attempt, which the executor then submits (`service.executors.base.submit_retry`).
 
-Every state change is conditional (`service.store.transition_job` with the attempt), so an
+Every state change is conditional (`service.records.transition_job` with the attempt), so an
 attempt that was cancelled while queued, taken by someone else or retried is left alone.
 
 A multi-node job (`nnodes` > 1) runs as one task per node (`node`): each joins the attempt
-(`service.store.join_node`; the first hosts torch's c10d rendezvous), runs its share of the
-ranks, and records how it ended with `service.store.finish_node`, which ends the attempt as a
+(`service.records.join_node`; the first hosts torch's c10d rendezvous), runs its share of the
+ranks, and records how it ended with `service.records.finish_node`, which ends the attempt as a
 whole: at the first failure, or once every node has succeeded (docs/multi-node.md).
 """
 
@@ -25,8 +25,8 @@ from jobs.states import AttemptRef, ExitReason, JobState
 from service.artifacts import store_for
 from service.db import session_scope
 from service.models import utcnow
+from service.records import NodeSeat, TakenJob, join_node, take_job
 from service.scheduling.admission import reservations_of
-from service.store import NodeSeat, TakenJob, join_node, take_job
 from worker import build_cache, carried_state
 from worker.attempt_end import announcer, record_lost, record_outcome, with_notes
 from worker.context import AttemptServices
@@ -50,7 +50,7 @@ from worker.prepare import (
     parse_spec,
     prepare_attempt,
 )
-from worker.supervise import ProcessRecord, shutdown_requested
+from worker.process_tree import ProcessRecord, shutdown_requested
 from worker.workdir import WorkDir
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def take_attempt(
 ) -> TakenAttempt | None:
     """Take the attempt (queued → starting), or join it as its node; None, having changed
     nothing, when it is not to be run. The worker does this before it forks the work horse
-    that runs the attempt (`worker.main`), with its own warm database connection."""
+    that runs the attempt (`worker.rq_worker`), with its own warm database connection."""
     settings = services.settings
     now = utcnow()
     seat: NodeSeat | None = None

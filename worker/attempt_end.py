@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 from jobs.states import AttemptRef, ExitReason, JobState, NodeState
 from service.db import session_scope
 from service.executors.base import Executor, submit_retry
-from service.store import (
+from service.records import (
     AttemptEnd,
     add_job_warnings,
     announce_node_failure,
@@ -51,7 +51,7 @@ def record_outcome(
     database is away, for up to `OUTCOME_RETRY_S`. Not `recorded` when the job was no longer this
     attempt's, or when the database never took it (not `stored`).
 
-    The end itself is `service.store.end_attempt` (`finish_node` for a node, which changes the
+    The end itself is `service.records.end_attempt` (`finish_node` for a node, which changes the
     job only when this decides the attempt; `outcome` None: the node was stopped because the
     attempt ended elsewhere). A failure is retried only given the `executor` that submits the
     next attempt.

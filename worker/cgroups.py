@@ -10,7 +10,7 @@ spec's `memory_limit_bytes`) and ``pids.max`` (tasks, threads included). At ever
 whatever is left in the cgroup is SIGKILLed and the cgroup removed.
 
 Where no hierarchy is writable (a worker not root, an unprivileged container), there is no
-cgroup: limits are not enforced, processes are found as before (`worker.supervise`), and the
+cgroup: limits are not enforced, processes are found as before (`worker.process_tree`), and the
 worker says so at start (`describe_support`). Under cgroup v2 the controllers need delegating
 (``+memory +pids`` in the parent's ``cgroup.subtree_control``); where that is refused the
 cgroup still finds the processes but enforces no limit.

@@ -50,13 +50,13 @@ from service.artifacts import ArtifactStore, LocalStore, StoreError, store_for
 from service.artifacts.tree import TreeRefused
 from service.db import session_scope
 from service.models import Checkpoint
-from service.settings import Settings
-from service.store import (
+from service.records import (
     AttemptSuperseded,
     delete_checkpoints,
     list_checkpoints,
     register_checkpoint,
 )
+from service.settings import Settings
 from worker.checkpoint_checks import (
     CheckpointRejected,
     FileSignature,

@@ -7,7 +7,7 @@ from jobs.contract.events import (
     MetricEvent,
     parse_event_line,
 )
-from service.store import NewMetricPoint
+from service.records import NewMetricPoint
 
 __all__ = ["CheckpointEvent", "InvalidEvent", "MetricEvent", "metric_points", "parse_event_line"]
 

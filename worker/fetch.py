@@ -21,7 +21,7 @@ from service.artifacts import ArtifactStore, StoreError, code_key
 from service.artifacts.tree import TreeRefused, extract_tar
 from service.db import session_scope
 from service.models import Checkpoint
-from service.store import list_checkpoints
+from service.records import list_checkpoints
 
 log = logging.getLogger(__name__)
 

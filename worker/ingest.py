@@ -27,7 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from jobs.contract import rank_files
 from jobs.states import AttemptRef
 from service.db import session_scope
-from service.store import AttemptSuperseded, NewLogLine, NewMetricPoint, append_output
+from service.records import AttemptSuperseded, NewLogLine, NewMetricPoint, append_output
 from worker.events import (
     CheckpointEvent,
     InvalidEvent,

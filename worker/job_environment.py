@@ -15,8 +15,8 @@ from jobs.spec import JobSpec
 from jobs.states import JobState
 from service.db import session_scope
 from service.models import Job
+from service.records import AttemptSuperseded, NewLogLine, add_attempt_event, append_output
 from service.settings import Settings
-from service.store import AttemptSuperseded, NewLogLine, add_attempt_event, append_output
 from worker.environment import (
     Environment,
     EnvironmentCache,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from jobs.contract.events import MAX_INT32, MAX_METRIC_NAME
 from jobs.spec import POINT_GROUPS
 from jobs.user_regex import compile_user_regex
-from service.store import NewMetricPoint
+from service.records import NewMetricPoint
 
 # Matches taken from one line per pattern: a pattern that matches every character of a long
 # line gives a few points, not thousands.

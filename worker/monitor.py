@@ -27,15 +27,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from jobs.spec import JobSpec
 from jobs.states import AttemptRef, ExitReason, JobState
 from service.db import session_scope
-from service.scheduling.preemption import preemption_of
-from service.settings import Settings
-from service.store import (
+from service.records import (
     AttemptSuperseded,
     add_attempt_event,
     mark_node_running,
     read_job_signals,
     transition_job,
 )
+from service.scheduling.preemption import preemption_of
+from service.settings import Settings
 from worker.cgroups import JobCgroup, cgroup_name
 from worker.checkpoints import CheckpointRegistrar
 from worker.db_retry import retry_db
@@ -47,10 +47,7 @@ from worker.launch import LaunchPlan, Rendezvous, RunPaths
 from worker.outcome import Outcome, classify_exit, read_oom_kills
 from worker.outcome_warnings import AttemptFacts, collect_warnings, has_output, reported_count
 from worker.outputs import DeclaredOutputs, wants_declared_outputs
-from worker.scratch import shm_bytes
-from worker.stacks import record_rank_stacks
-from worker.stops import FAILING_STOPS, StopOutcomes, StopReason
-from worker.supervise import (
+from worker.process_tree import (
     ProcessTree,
     elastic_restart_count,
     shutdown_requested,
@@ -58,6 +55,9 @@ from worker.supervise import (
     stop_job_processes,
     yield_cpu_to_ranks,
 )
+from worker.scratch import shm_bytes
+from worker.stacks import record_rank_stacks
+from worker.stops import FAILING_STOPS, StopOutcomes, StopReason
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from service.executors.registry import placement_for
 from service.models import JobNode
 from worker.attempt import run_taken, take_attempt
 from worker.context import AttemptServices, WorkerContext
-from worker.supervise import request_shutdown, shutdown_requested
+from worker.process_tree import request_shutdown, shutdown_requested
 
 log = logging.getLogger("launchbay.node")
 # How often a node other than the first looks whether the first has joined.

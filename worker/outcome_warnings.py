@@ -30,7 +30,7 @@ from jobs.contract import rank_files
 from jobs.contract.checkpoints import CheckpointPolicy
 from jobs.spec import JobSpec
 from service.db import session_scope
-from service.store import list_checkpoints, metric_names
+from service.records import list_checkpoints, metric_names
 from worker.checkpoints import CheckpointRegistrar
 from worker.ingest import Ingestor
 from worker.launch import LaunchPlan, RunPaths

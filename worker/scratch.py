@@ -4,7 +4,7 @@ gone with the attempt, as Slurm's ``job_container/tmpfs`` gives a job.
     python -I -S scratch.py --uid UID --gid GID --env-fd FD [--bind SOURCE TARGET]...
         [--shm-size BYTES] [--keep PATH]... -- COMMAND [ARGS...]
 
-is what a root worker starts in place of the launcher (`worker.supervise.start_launcher`). Still
+is what a root worker starts in place of the launcher (`worker.process_tree.start_launcher`). Still
 root, it moves into a mount namespace and an IPC namespace of its own (``unshare``), makes the
 host's mounts slaves (nothing mounted here reaches the host), mounts each SOURCE (the attempt's
 ``tmp/`` and ``var-tmp/``, in its run directory) over its TARGET (``/tmp``, ``/var/tmp``) and a

@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 from jobs.contract import rank_files
 from jobs.states import AttemptRef
 from service.db import session_scope
-from service.store import NewRankStack, record_stacks
+from service.records import NewRankStack, record_stacks
 from worker.launch import FLIGHT_RECORDER_PREFIX
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """RQ entry points, kept thin: `service.executors.rq.RUN_JOB_TASK` names `run_job` here.
 
 The worker takes each attempt itself, just before RQ forks the work horse that runs it
-(`claim`, called by `worker.main.LaunchbayWorker`): its database connection is warm, a freshly
+(`claim`, called by `worker.rq_worker.LaunchbayWorker`): its database connection is warm, a freshly
 forked horse's first transaction is not. The horse inherits what was taken and runs it.
 
 Everything the worker owns for this lives in one `worker.context.WorkerContext`, set up by
@@ -19,7 +19,7 @@ from jobs.states import AttemptRef, JobState
 from service.settings import Settings
 from worker.attempt import AttemptResult, abandon, run_taken, take_attempt
 from worker.context import WorkerContext
-from worker.supervise import shutdown_requested
+from worker.process_tree import shutdown_requested
 
 log = logging.getLogger(__name__)
 context = WorkerContext()

@@ -109,7 +109,7 @@ def worker(
             raise typer.BadParameter(str(exc), param_hint="--gpus") from None
         if slots is not None:
             raise typer.BadParameter("give --gpus or --slots, not both", param_hint="--slots")
-    from worker.main import run_worker
+    from worker.rq_worker import run_worker
 
     try:
         run_worker(

@@ -1,6 +1,6 @@
 """The executor seam: how the attempts of jobs are started, found lost and cancelled.
 
-The database says what should run (`service.store`); an executor is how it runs. Its
+The database says what should run (`service.records`); an executor is how it runs. Its
 interface follows torchx's `Scheduler` (`submit_dryrun` / `schedule` / `describe` /
 `cancel`), narrowed to what Launchbay asks of it:
 
@@ -23,7 +23,7 @@ The implementations, and how one is chosen for a job's queue, are in `service.ex
 A cancel reaches a *running* attempt by one channel whatever the executor: the job's
 `cancelling` state in the database, which the attempt's supervisor reads (`worker.monitor`).
 Log lines are not the executor's: the worker ingests every rank's output into the database,
-where `service.store.outputs` serves them.
+where `service.records.outputs` serves them.
 
 Every failure to reach the executor's backend is `ExecutorUnavailable`.
 """
@@ -35,7 +35,7 @@ from typing import Protocol
 
 from jobs.states import ExitReason, JobState
 from service.models import Job
-from service.store import AttemptEnd
+from service.records import AttemptEnd
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class Executor(Protocol):
 
 
 def submit_retry(executor: Executor, end: AttemptEnd) -> None:
-    """After the commit of an attempt's end (`service.store.end_attempt`): submit the job's
+    """After the commit of an attempt's end (`service.records.end_attempt`): submit the job's
     next attempt, if the end retried it. A backend that is away leaves the job queued
     without a task, which the reaper submits later."""
     job = end.retried

@@ -37,7 +37,7 @@ class JobBase(SQLModel):
     # queue will run (1 first) and why it is not running yet.
     queue_position: int | None = None
     pending_reason: str | None = Field(default=None, max_length=512)
-    # What went wrong without failing the job (`service.store.job_warnings`): ranks that never
+    # What went wrong without failing the job (`service.records.job_warnings`): ranks that never
     # formed one process group, nothing recorded at all, a `best_metric` never reported.
     warnings: list[str] = Field(
         default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]")

@@ -8,7 +8,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Header
 from starlette.responses import FileResponse, RedirectResponse, Response, StreamingResponse
 
-from service import store
+from service import records
 from service.artifacts import store_for
 from service.checkpoint_source import CheckpointSource, checkpoint_source
 from service.deps import OwnedJob, SessionDep, SettingsDep
@@ -31,7 +31,7 @@ class CheckpointFile(FileResponse):
 @router.get("/{job_id}/checkpoints", response_model=CheckpointsPublic)
 def list_checkpoints(job: OwnedJob, session: SessionDep) -> CheckpointsPublic:
     """The job's live checkpoints, oldest first, with `best` and `latest` marked."""
-    rows = store.list_checkpoints(session, job.id)
+    rows = records.list_checkpoints(session, job.id)
     return CheckpointsPublic.marked(job.job_spec().checkpoint, rows)
 
 
@@ -45,7 +45,7 @@ def download_checkpoint(
 ) -> Response:
     """The checkpoint's bytes (a directory: its tar stream), or with presigned downloads on,
     a 307 to the store's short-lived URL of the same bytes (the ETag is still the sha256)."""
-    checkpoint = resolve_checkpoint(job, ref, store.list_checkpoints(session, job.id))
+    checkpoint = resolve_checkpoint(job, ref, records.list_checkpoints(session, job.id))
     artifacts = store_for(settings)
     etag = f'"{checkpoint.sha256}"'
     if artifacts.remote and settings.s3_presigned_downloads:
@@ -66,7 +66,7 @@ def head_checkpoint(
     range_header: Annotated[str | None, Header(alias="range")] = None,
 ) -> Response:
     """The download's headers (Content-Length, ETag, Accept-Ranges), without the body."""
-    checkpoint = resolve_checkpoint(job, ref, store.list_checkpoints(session, job.id))
+    checkpoint = resolve_checkpoint(job, ref, records.list_checkpoints(session, job.id))
     source = checkpoint_source(store_for(settings), settings, job.name, checkpoint)
     if source.path is not None:  # the file response sends headers only to a HEAD request
         return _serve(source, f'"{checkpoint.sha256}"', range_header)

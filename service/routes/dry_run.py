@@ -11,7 +11,7 @@ from jobs.states import JobState
 from service import code_store, policy
 from service.deps import CurrentPrincipal, ExecutorDep, SessionDep, SettingsDep
 from service.models import Job
-from service.store.lifecycle import new_id
+from service.records.lifecycle import new_id
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 

@@ -13,7 +13,7 @@ from sqlmodel import Session
 from sse_starlette import EventSourceResponse
 
 from jobs.states import JobState
-from service import store
+from service import records
 from service.deps import MAX_SEQ, OwnedJob, SessionDep
 from service.errors import BadRequest
 from service.models import JobEvent, LogLine, MetricPoint
@@ -103,7 +103,7 @@ def prefetch_batch(engine: Engine, job_id: str, cursor: int) -> Batch | None:
 
 def read_batch(engine: Engine, job_id: str, cursor: int) -> Batch:
     with Session(engine) as session:
-        read = store.read_stream(session, job_id, after=cursor)
+        read = records.read_stream(session, job_id, after=cursor)
     frames: list[str] = []
     for row in read.rows:
         kind, data = stream_event(row)
@@ -128,7 +128,7 @@ def get_timeline(job: OwnedJob, session: SessionDep) -> dict[str, Any]:
     stream's shape (`{"id", "event", "data"}`), so a page that follows the stream from its
     current seq can still draw the job's whole timeline. `next_after`: the job's seq when
     read (follow the events from there)."""
-    rows = store.list_job_events(session, job.id, up_to=job.last_seq)
+    rows = records.list_job_events(session, job.id, up_to=job.last_seq)
     return {
         "items": [
             {"id": str(row.seq), "event": kind, "data": data}
@@ -139,7 +139,7 @@ def get_timeline(job: OwnedJob, session: SessionDep) -> dict[str, Any]:
     }
 
 
-def stream_event(row: store.StreamRow) -> tuple[str, dict[str, Any]]:
+def stream_event(row: records.StreamRow) -> tuple[str, dict[str, Any]]:
     """(event name, data) of one row, in the shapes the API's other routes answer with."""
     if isinstance(row, JobEvent):
         return row.kind, {**row.data, "attempt": row.attempt, "ts": row.ts}

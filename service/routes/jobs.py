@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from jobs.spec import JobSpec
 from jobs.states import ACTIVE_STATES, ExitReason, JobState
-from service import code_store, policy, quota, store
+from service import code_store, policy, quota, records
 from service.artifacts import ArtifactStore, StoreError, checkpoints_prefix, store_for
 from service.deps import (
     CurrentPrincipal,
@@ -69,7 +69,7 @@ def submit_job(
         code_store.check_code_ref(session, settings.code_dir, spec.code, owner=owner)
     request_hash = spec_hash(spec)
     if idempotency_key:
-        existing = store.find_job_by_idempotency_key(session, principal.name, idempotency_key)
+        existing = records.find_job_by_idempotency_key(session, principal.name, idempotency_key)
         if existing is not None:
             return _replay(existing, request_hash, response)
     # After the replay: a retry with its key is never refused for the rate or the workers.
@@ -77,7 +77,7 @@ def submit_job(
     quota.check_disk_quota(session, principal, settings)
     policy.check_submission_rate(redis, principal.name, settings.submissions_per_minute)
     try:
-        job = store.create_job(
+        job = records.create_job(
             session,
             spec,
             owner=principal.name,
@@ -89,7 +89,7 @@ def submit_job(
         # Another request with the same key committed first.
         session.rollback()
         assert idempotency_key
-        existing = store.find_job_by_idempotency_key(session, principal.name, idempotency_key)
+        existing = records.find_job_by_idempotency_key(session, principal.name, idempotency_key)
         if existing is None:
             raise
         return _replay(existing, request_hash, response)
@@ -147,7 +147,7 @@ def list_jobs(
         raise Forbidden("only an admin lists the jobs of other owners", detail={"owner": owner})
     if not principal.is_admin:
         owner = principal.name
-    rows, total, estimated = store.list_jobs(
+    rows, total, estimated = records.list_jobs(
         session,
         owner=owner,
         state=state,
@@ -184,7 +184,7 @@ def cancel_job(job: OwnedJob, session: SessionDep, executor: ExecutorDep) -> Job
     """A cancel is a change of the job's state, the one channel every attempt's supervisor
     reads; the executor only withdraws what has not started."""
     state = JobState(job.state)
-    if state is JobState.QUEUED and store.transition_job(
+    if state is JobState.QUEUED and records.transition_job(
         session,
         job.id,
         JobState.CANCELLED,
@@ -194,7 +194,7 @@ def cancel_job(job: OwnedJob, session: SessionDep, executor: ExecutorDep) -> Job
     ):
         _withdraw(executor, job)
     elif state in ACTIVE_STATES:
-        store.transition_job(session, job.id, JobState.CANCELLING, attempt=job.attempt)
+        records.transition_job(session, job.id, JobState.CANCELLING, attempt=job.attempt)
     session.refresh(job)
     if JobState(job.state).is_terminal() and job.state != JobState.CANCELLED:
         raise InvalidTransition(
@@ -227,7 +227,7 @@ def delete_job(job: OwnedJob, session: SessionDep, settings: SettingsDep) -> Res
             f"job {job.id} is {job.state}; only a finished job can be deleted (cancel it first)",
             detail={"state": job.state},
         )
-    store.delete_job_rows(session, job.id)
+    records.delete_job_rows(session, job.id)
     for folder in settings.layout.job_dirs(job.id):
         shutil.rmtree(folder, ignore_errors=True)
     drop_job_checkpoints(store_for(settings), job.id)

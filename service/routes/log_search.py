@@ -1,5 +1,5 @@
 """Log search across jobs (`GET /v1/logs?q=`), and the query parameters that
-`GET /v1/jobs/{id}/logs` shares with it (`q`, `regex`). The queries: `service.store.log_search`.
+`GET /v1/jobs/{id}/logs` shares with it (`q`, `regex`). The queries: `service.records.log_search`.
 """
 
 from collections.abc import Callable
@@ -13,7 +13,7 @@ from jobs.user_regex import MAX_PATTERN_CHARS, BadPattern
 from service.deps import CurrentPrincipal, SessionDep, SettingsDep
 from service.errors import Forbidden, Unprocessable
 from service.models import LogLine
-from service.store.log_search import (
+from service.records.log_search import (
     LogQuery,
     SearchTimeout,
     check_query,

@@ -4,7 +4,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from service import store
+from service import records
 from service.deps import MAX_SEQ, OwnedJob, SessionDep, SettingsDep
 from service.errors import BadRequest
 from service.routes.log_search import RegexOption, SearchText, log_query, search_job_lines
@@ -42,7 +42,7 @@ def get_logs(
             raise BadRequest("a search (q) pages forward with `after`; it takes no order or before")
         rows = search_job_lines(session, settings, job.id, query, rank, node, after, limit)
     else:
-        rows = store.list_log_lines(
+        rows = records.list_log_lines(
             session,
             job.id,
             rank=rank,
@@ -72,4 +72,4 @@ def get_logs(
 def get_nodes(job: OwnedJob, session: SessionDep) -> NodesPublic:
     """The nodes of every attempt of a multi-node job: which worker ran each, on which host,
     and how it ended (empty for a single-node job)."""
-    return NodesPublic(items=[NodePublic.from_row(r) for r in store.list_nodes(session, job.id)])
+    return NodesPublic(items=[NodePublic.from_row(r) for r in records.list_nodes(session, job.id)])

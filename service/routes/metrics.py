@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 
-from service import store
+from service import records
 from service.deps import MAX_SEQ, OwnedJob, SessionDep
 from service.errors import BadRequest
 from service.schemas import MetricPointPublic, MetricsPublic
@@ -36,7 +36,7 @@ def get_metrics(
         if after:
             raise BadRequest("max_points reads the whole series; it takes no `after`")
         return _downsampled(session, job.id, name, job.last_seq, max_points)
-    rows = store.list_metric_points(session, job.id, name=name, after=after, limit=limit)
+    rows = records.list_metric_points(session, job.id, name=name, after=after, limit=limit)
     return MetricsPublic(
         items=[MetricPointPublic.from_row(r) for r in rows],
         next_after=rows[-1].seq if rows else after,
@@ -48,10 +48,10 @@ def _downsampled(
 ) -> Response:
     """Encoded here, in `MetricsPublic`'s shape: a page of charts holds thousands of points,
     and validating each through the response model cost more than reading it (F4)."""
-    names = [name] if name is not None else store.metric_names(session, job_id)
+    names = [name] if name is not None else records.metric_names(session, job_id)
     rows: list[Any] = []  # rows of `POINT_COLUMNS`, unpacked below
     for each in names:
-        rows += store.downsample(session, job_id, each, last_seq=last_seq, max_points=max_points)
+        rows += records.downsample(session, job_id, each, last_seq=last_seq, max_points=max_points)
     rows.sort(key=lambda row: row.seq)
     items = ",".join(
         _POINT.format(

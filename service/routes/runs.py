@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 
 from jobs.states import JobState
-from service import store
+from service import records
 from service.deps import CurrentPrincipal, SessionDep, SettingsDep
 from service.errors import Forbidden
 from service.models import Job
@@ -46,7 +46,7 @@ def list_runs(
         raise Forbidden("only an admin lists the jobs of other owners", detail={"owner": owner})
     if not principal.is_admin:
         owner = principal.name
-    rows, total, estimated = store.list_jobs(
+    rows, total, estimated = records.list_jobs(
         session,
         owner=owner,
         state=state,
@@ -57,7 +57,7 @@ def list_runs(
         count_limit=settings.job_count_exact_limit,
         name_contains=name_contains,
     )
-    extremes = store.metric_extremes(session, [job.id for job in rows])
+    extremes = records.metric_extremes(session, [job.id for job in rows])
     return RunsPublic(
         items=[
             RunPublic(

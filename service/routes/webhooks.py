@@ -14,8 +14,8 @@ from sqlmodel import col, select
 from service.deps import CurrentPrincipal, SessionDep, SettingsDep
 from service.errors import Conflict, Forbidden, NotFound, Unprocessable
 from service.models import Webhook, WebhookDelivery, utcnow
-from service.store.lifecycle import new_id
-from service.store.webhook_outbox import WEBHOOK_EVENTS
+from service.records.lifecycle import new_id
+from service.records.webhook_outbox import WEBHOOK_EVENTS
 from service.webhook_addresses import MAX_URL_LENGTH, ForbiddenAddress, resolve_target
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])

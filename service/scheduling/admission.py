@@ -13,11 +13,11 @@ from sqlmodel import Session
 
 from jobs.states import JobState
 from service.models import Job, JobReservation
+from service.records import PENDING_REASON_MAX, QueuedShown, show_queued
 from service.scheduling.capacity import ActiveReservation
 from service.scheduling.lease import Lease, fence
 from service.scheduling.planner import Placement, QueuedJob, RunningJob
 from service.scheduling.readmission import lost_worker_note, requeue_admission
-from service.store import PENDING_REASON_MAX, QueuedShown, show_queued
 
 _job = Job.__table__  # type: ignore[attr-defined]
 _reservation = JobReservation.__table__  # type: ignore[attr-defined]

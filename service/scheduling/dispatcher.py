@@ -37,6 +37,7 @@ from service.executors.base import ExecutorUnavailable
 from service.executors.dispatch import WAKE_KEY, hand_over
 from service.executors.registry import routed_queues
 from service.models import Job, utcnow
+from service.records.lifecycle import transition
 from service.scheduling import admission
 from service.scheduling.capacity import (
     ActiveReservation,
@@ -58,7 +59,6 @@ from service.scheduling.policies import Policies, load_policies
 from service.scheduling.preemption import PREEMPTED_MESSAGE, preemption_message
 from service.scheduling.usage import usage_since
 from service.settings import Settings
-from service.store.lifecycle import transition
 
 log = logging.getLogger("launchbay.dispatcher")
 

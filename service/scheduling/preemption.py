@@ -1,7 +1,7 @@
 """How a preemption travels: the dispatcher moves the running job to `cancelling` (the one
 channel its supervisor reads) with a message naming the job it makes room for; the
 supervisor, seeing that message, records the attempt as `preempted`, which queues the job
-again as its next attempt without using a retry (`service.store.lifecycle.requeue`)."""
+again as its next attempt without using a retry (`service.records.lifecycle.requeue`)."""
 
 from sqlmodel import Session, select
 

@@ -4,7 +4,7 @@ back to the queue as its next attempt, in the dispatcher's transaction, and is a
 like any other.
 
 A new attempt, not the same one again, because the attempt is what every worker-side change is
-conditional on (`service.store.take_job`, `join_node`, heartbeats): the old worker's task, if
+conditional on (`service.records.take_job`, `join_node`, heartbeats): the old worker's task, if
 that worker comes back, takes nothing, so the job never runs twice. The new attempt uses none
 of `max_retries` (the job's `lost_admissions` counts them, as `preemptions` does preemptions).
 """
@@ -14,7 +14,7 @@ from sqlmodel import Session, col
 
 from jobs.states import ExitReason, JobState
 from service.models import Job
-from service.store.lifecycle import JOB_TABLE, insert_state_event
+from service.records.lifecycle import JOB_TABLE, insert_state_event
 
 
 def requeue_admission(session: Session, job_id: str, attempt: int, why: str) -> int | None:

@@ -14,7 +14,7 @@ from sqlmodel import Session
 
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
-from service import store
+from service import records
 from service.db import make_engine
 from service.models import Checkpoint
 from tests.e2e.test_dashboard import (
@@ -50,9 +50,9 @@ def _seed(stack: Stack) -> dict[str, str]:
         with Session(engine, expire_on_commit=False) as session:
             ids["long"] = _run(session, stack, "sweep-long", 0.1, EPOCHS)
             ids["short"] = _run(session, stack, "sweep-short", 0.3, 8)
-            broken = store.create_job(session, _spec("too-wide", 0.1, sweep=False), owner="")
-            store.transition_job(session, broken.id, JobState.STARTING, attempt=1)
-            store.transition_job(
+            broken = records.create_job(session, _spec("too-wide", 0.1, sweep=False), owner="")
+            records.transition_job(session, broken.id, JobState.STARTING, attempt=1)
+            records.transition_job(
                 session,
                 broken.id,
                 JobState.FAILED,
@@ -79,9 +79,9 @@ def _spec(name: str, lr: float, sweep: bool = True) -> JobSpec:
 
 
 def _run(session: Session, stack: Stack, name: str, lr: float, epochs: int) -> str:
-    job = store.create_job(session, _spec(name, lr), owner="")
-    store.transition_job(session, job.id, JobState.STARTING, attempt=1)
-    store.transition_job(session, job.id, JobState.RUNNING, attempt=1)
+    job = records.create_job(session, _spec(name, lr), owner="")
+    records.transition_job(session, job.id, JobState.STARTING, attempt=1)
+    records.transition_job(session, job.id, JobState.RUNNING, attempt=1)
     kept: list[str] = []
     start = time.time() - epochs * 60
     for epoch in range(epochs):
@@ -90,14 +90,14 @@ def _run(session: Session, stack: Stack, name: str, lr: float, epochs: int) -> s
             step = epoch * STEPS_PER_EPOCH + i + 1
             loss = lr * 10 / step + 0.01 * (step % 3)
             ts = start + step * 12
-            points.append(store.NewMetricPoint(step, epoch, "loss", loss, ts))
-            points.append(store.NewMetricPoint(step, epoch, "accuracy", 1 - loss / 2, ts))
-        points.append(store.NewMetricPoint(step, epoch, "val_loss", loss * 1.2, ts))
-        store.append_metric_points(session, job.id, 1, points)
+            points.append(records.NewMetricPoint(step, epoch, "loss", loss, ts))
+            points.append(records.NewMetricPoint(step, epoch, "accuracy", 1 - loss / 2, ts))
+        points.append(records.NewMetricPoint(step, epoch, "val_loss", loss * 1.2, ts))
+        records.append_metric_points(session, job.id, 1, points)
         kept.append(_checkpoint(session, stack, job.id, step, epoch))
         if len(kept) > KEEP_LAST:
-            store.delete_checkpoints(session, job.id, 1, [kept.pop(0)])
-    store.transition_job(
+            records.delete_checkpoints(session, job.id, 1, [kept.pop(0)])
+    records.transition_job(
         session,
         job.id,
         JobState.SUCCEEDED,
@@ -115,7 +115,7 @@ def _checkpoint(session: Session, stack: Stack, job_id: str, step: int, epoch: i
         Checkpoint(
             id=ckpt_id,
             job_id=job_id,
-            seq=store.allocate_seq(session, job_id),
+            seq=records.allocate_seq(session, job_id),
             attempt=1,
             step=step,
             epoch=epoch,

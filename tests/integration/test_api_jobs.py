@@ -11,7 +11,7 @@ from sqlmodel import Session
 
 from jobs.spec import JobSpec
 from jobs.states import JobState
-from service import store
+from service import records
 from service.app import create_app
 from service.db import make_engine
 from service.settings import Settings
@@ -237,9 +237,9 @@ def submit_running_job(settings: Settings) -> str:
     engine = make_engine(settings.resolved_database_url)
     try:
         with Session(engine) as session:
-            job = store.create_job(session, JobSpec(name="running", recipe="synthetic"))
+            job = records.create_job(session, JobSpec(name="running", recipe="synthetic"))
             for state in (JobState.STARTING, JobState.RUNNING):
-                assert store.transition_job(session, job.id, state, attempt=1)
+                assert records.transition_job(session, job.id, state, attempt=1)
             return job.id
     finally:
         engine.dispose()

@@ -13,7 +13,7 @@ from sqlmodel import Session
 
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
-from service import store
+from service import records
 from service.db import make_engine
 from service.models import Checkpoint
 from service.settings import Settings
@@ -32,25 +32,25 @@ def finished_job(
     )
     engine = make_engine(settings.resolved_database_url)
     with Session(engine, expire_on_commit=False) as session:
-        job = store.create_job(session, spec)
-        store.transition_job(session, job.id, JobState.STARTING, attempt=1)
-        store.transition_job(session, job.id, JobState.RUNNING, attempt=1)
+        job = records.create_job(session, spec)
+        records.transition_job(session, job.id, JobState.STARTING, attempt=1)
+        records.transition_job(session, job.id, JobState.RUNNING, attempt=1)
         for step in range(1, 6):
-            store.append_metric_points(
+            records.append_metric_points(
                 session,
                 job.id,
                 1,
                 [
-                    store.NewMetricPoint(step, 0, "loss", 1.0 / step, time.time()),
-                    store.NewMetricPoint(step, 0, "accuracy", step / 10, time.time()),
+                    records.NewMetricPoint(step, 0, "loss", 1.0 / step, time.time()),
+                    records.NewMetricPoint(step, 0, "accuracy", step / 10, time.time()),
                 ],
             )
-            store.append_log_lines(
+            records.append_log_lines(
                 session,
                 job.id,
                 1,
                 [
-                    store.NewLogLine(rank, time.time(), f"rank {rank} step {step}")
+                    records.NewLogLine(rank, time.time(), f"rank {rank} step {step}")
                     for rank in (0, 1)
                 ],
             )
@@ -63,7 +63,7 @@ def finished_job(
                 Checkpoint(
                     id=f"ck{i}",
                     job_id=job.id,
-                    seq=store.allocate_seq(session, job.id),
+                    seq=records.allocate_seq(session, job.id),
                     attempt=1,
                     step=i,
                     epoch=0,
@@ -74,8 +74,8 @@ def finished_job(
                 )
             )
             session.commit()
-        store.delete_checkpoints(session, job.id, 1, retire)
-        store.transition_job(
+        records.delete_checkpoints(session, job.id, 1, retire)
+        records.transition_job(
             session,
             job.id,
             JobState.SUCCEEDED,
@@ -249,7 +249,7 @@ def test_a_checkpoint_pointing_outside_the_data_dir_is_never_served(
             Checkpoint(
                 id="evil",
                 job_id=job_id,
-                seq=store.allocate_seq(session, job_id),
+                seq=records.allocate_seq(session, job_id),
                 attempt=1,
                 size=9,
                 sha256="0" * 64,

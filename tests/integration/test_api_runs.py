@@ -14,7 +14,7 @@ from sqlmodel import Session
 
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
-from service import store
+from service import records
 
 
 def _token(api: TestClient, name: str) -> dict[str, str]:
@@ -26,19 +26,21 @@ def _token(api: TestClient, name: str) -> dict[str, str]:
 def _job(engine: Engine, owner: str, name: str, losses: list[float], **spec: Any) -> str:
     """A job of `owner` whose steps reported `loss` and `accuracy` (1 - loss)."""
     with Session(engine) as session:
-        job = store.create_job(session, JobSpec(name=name, recipe="synthetic", **spec), owner=owner)
+        job = records.create_job(
+            session, JobSpec(name=name, recipe="synthetic", **spec), owner=owner
+        )
         points = [
             point
             for step, loss in enumerate(losses, 1)
             for point in (
-                store.NewMetricPoint(step, 0, "loss", loss, time.time()),
-                store.NewMetricPoint(step, 0, "accuracy", 1 - loss, time.time()),
+                records.NewMetricPoint(step, 0, "loss", loss, time.time()),
+                records.NewMetricPoint(step, 0, "accuracy", 1 - loss, time.time()),
             )
         ]
-        store.transition_job(session, job.id, JobState.STARTING, attempt=1)
-        store.transition_job(session, job.id, JobState.RUNNING, attempt=1)
-        store.append_metric_points(session, job.id, 1, points)
-        store.transition_job(
+        records.transition_job(session, job.id, JobState.STARTING, attempt=1)
+        records.transition_job(session, job.id, JobState.RUNNING, attempt=1)
+        records.append_metric_points(session, job.id, 1, points)
+        records.transition_job(
             session, job.id, JobState.SUCCEEDED, attempt=1, exit_reason=ExitReason.COMPLETED
         )
         return job.id

@@ -18,7 +18,7 @@ from sqlalchemy import update
 from sqlmodel import Session, col, select
 
 from jobs.states import JobState
-from service import store
+from service import records
 from service.db import make_engine
 from service.models import ApiToken, Job, utcnow
 from service.settings import Settings
@@ -78,17 +78,17 @@ def finished_job_with_outputs(api: TestClient, settings: Settings, token: str) -
     try:
         with Session(engine, expire_on_commit=False) as session:
             for state in (JobState.STARTING, JobState.RUNNING):
-                assert store.transition_job(session, job_id, state, attempt=1)
-            store.append_log_lines(session, job_id, 1, [store.NewLogLine(0, time.time(), "hi")])
-            point = store.NewMetricPoint(1, 0, "loss", 0.5, time.time())
-            store.append_metric_points(session, job_id, 1, [point])
+                assert records.transition_job(session, job_id, state, attempt=1)
+            records.append_log_lines(session, job_id, 1, [records.NewLogLine(0, time.time(), "hi")])
+            point = records.NewMetricPoint(1, 0, "loss", 0.5, time.time())
+            records.append_metric_points(session, job_id, 1, [point])
             folder = settings.checkpoints_dir / job_id
             folder.mkdir(parents=True)
             (folder / "step-1.pt").write_bytes(CHECKPOINT)
             artifacts = settings.data_dir / "artifacts" / job_id
             artifacts.mkdir(parents=True)
             (artifacts / ARTIFACT).write_text("accuracy 0.9\n")
-            store.register_checkpoint(
+            records.register_checkpoint(
                 session,
                 job_id,
                 1,
@@ -100,7 +100,7 @@ def finished_job_with_outputs(api: TestClient, settings: Settings, token: str) -
                 sha256=hashlib.sha256(CHECKPOINT).hexdigest(),
             )
             for state in (JobState.CANCELLING, JobState.CANCELLED):
-                assert store.transition_job(session, job_id, state, attempt=1)
+                assert records.transition_job(session, job_id, state, attempt=1)
     finally:
         engine.dispose()
     return job_id

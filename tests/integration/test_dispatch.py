@@ -18,7 +18,7 @@ from sqlmodel import Session
 from devstack.workers import register_worker
 from jobs.spec import JobSpec
 from jobs.states import JobState
-from service import store
+from service import records
 from service.app import create_app
 from service.db import make_engine
 from service.executors.registry import make_executor
@@ -79,8 +79,8 @@ def reservations(dispatcher: Dispatcher) -> list[JobReservation]:
 def finish(dispatcher: Dispatcher, job_id: str) -> None:
     """What the worker does: take the attempt, then end it."""
     with Session(dispatcher.engine) as session:
-        assert store.take_job(session, job_id, 1) is not None
-        assert store.transition_job(session, job_id, JobState.SUCCEEDED, attempt=1)
+        assert records.take_job(session, job_id, 1) is not None
+        assert records.transition_job(session, job_id, JobState.SUCCEEDED, attempt=1)
 
 
 def test_a_pass_admits_by_priority_and_fair_share_all_nodes_at_once(
@@ -162,7 +162,7 @@ def test_a_dispatcher_that_lost_its_lease_admits_nothing(settings: Settings) -> 
     engine = make_engine(settings.resolved_database_url)
     try:
         with Session(engine, expire_on_commit=False) as session:
-            job = store.create_job(session, JobSpec.model_validate(NOOP), owner="alice")
+            job = records.create_job(session, JobSpec.model_validate(NOOP), owner="alice")
         queued = QueuedJob(job.id, 1, "alice", "default", 0, 1, 1, time.time())
         place = [Placement(0, "w1", ("cpu:0",))]
         with engine.begin() as connection:

@@ -20,7 +20,7 @@ from sqlmodel import Session
 from devstack.workers import register_worker
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
-from service import store
+from service import records
 from service.db import make_engine
 from service.executors.registry import make_executor
 from service.models import Job, JobEvent, JobReservation, utcnow
@@ -53,7 +53,7 @@ def dispatcher(dispatch_settings: Settings) -> Iterator[Dispatcher]:
 
 def create(dispatcher: Dispatcher, **spec: object) -> str:
     with Session(dispatcher.engine, expire_on_commit=False) as session:
-        return store.create_job(session, JobSpec.model_validate({**NOOP, **spec}), owner="a").id
+        return records.create_job(session, JobSpec.model_validate({**NOOP, **spec}), owner="a").id
 
 
 def job_of(dispatcher: Dispatcher, job_id: str) -> Job:
@@ -85,8 +85,8 @@ def dispatch(dispatcher: Dispatcher, passes: int = 3) -> list[str]:
 def run_and_finish(dispatcher: Dispatcher, job_id: str, attempt: int) -> None:
     """What the reserved worker does: take the attempt, then end it."""
     with Session(dispatcher.engine) as session:
-        assert store.take_job(session, job_id, attempt) is not None
-        assert store.transition_job(session, job_id, JobState.SUCCEEDED, attempt=attempt)
+        assert records.take_job(session, job_id, attempt) is not None
+        assert records.transition_job(session, job_id, JobState.SUCCEEDED, attempt=attempt)
 
 
 def test_a_job_whose_worker_went_away_before_taking_it_is_admitted_again(
@@ -110,12 +110,12 @@ def test_a_job_whose_worker_went_away_before_taking_it_is_admitted_again(
     assert job.message is not None and "admitted on worker frozen, which went away" in job.message
     # The frozen worker's task, were it thawed, runs nothing: its attempt is over.
     with Session(dispatcher.engine) as session:
-        assert store.take_job(session, lost, 1) is None
+        assert records.take_job(session, lost, 1) is None
     assert Queue(dispatch_queue_name("w1"), connection=redis).job_ids == [f"{lost}-2"]
     # The attempt lost used none of its retries: attempt 2 failing is retried once.
     with Session(dispatcher.engine) as session:
-        assert store.take_job(session, lost, 2) is not None
-        assert store.requeue_job(session, lost, 2, exit_reason=ExitReason.USER_ERROR)
+        assert records.take_job(session, lost, 2) is not None
+        assert records.requeue_job(session, lost, 2, exit_reason=ExitReason.USER_ERROR)
     assert dispatch(dispatcher, 1) == [lost]
     run_and_finish(dispatcher, lost, 3)
     assert dispatch(dispatcher, 1) == [behind]
@@ -189,7 +189,7 @@ def test_a_worker_that_takes_its_job_as_the_pass_finds_it_gone_keeps_it(
     lost = admission.lost_admissions(stale, jobs, live_workers=())
     assert lost == {(job_id, 1): ["late"]}
     with Session(dispatcher.engine) as session:
-        assert store.take_job(session, job_id, 1) is not None
+        assert records.take_job(session, job_id, 1) is not None
     with dispatcher.engine.begin() as connection:
         assert admission.release(connection, stale, jobs, lost, utcnow()) == {}
     assert held(dispatcher) == {job_id: (1, "late")}

@@ -35,7 +35,7 @@ from sqlmodel import Session
 
 from jobs.spec import JobSpec
 from jobs.states import JobState
-from service import store
+from service import records
 from service.app import create_app
 from service.db import make_engine
 from service.settings import Settings
@@ -70,18 +70,20 @@ def seed_job(settings: Settings, outside: Path) -> str:
     engine = make_engine(settings.resolved_database_url)
     try:
         with Session(engine, expire_on_commit=False) as session:
-            job = store.create_job(session, JobSpec(name="seed", recipe="synthetic"), owner="admin")
+            job = records.create_job(
+                session, JobSpec(name="seed", recipe="synthetic"), owner="admin"
+            )
             for state in (JobState.STARTING, JobState.RUNNING):
-                assert store.transition_job(session, job.id, state, attempt=1)
-            store.append_log_lines(session, job.id, 1, [store.NewLogLine(0, time.time(), "hi")])
-            point = store.NewMetricPoint(1, 0, "loss", 0.5, time.time())
-            store.append_metric_points(session, job.id, 1, [point])
+                assert records.transition_job(session, job.id, state, attempt=1)
+            records.append_log_lines(session, job.id, 1, [records.NewLogLine(0, time.time(), "hi")])
+            point = records.NewMetricPoint(1, 0, "loss", 0.5, time.time())
+            records.append_metric_points(session, job.id, 1, [point])
             folder = settings.checkpoints_dir / job.id
             folder.mkdir(parents=True)
             (folder / "step-1.pt").write_bytes(CHECKPOINT)
             # The file inside comes last: it is `latest`.
             for path in (f"../{outside.name}", f"checkpoints/{job.id}/step-1.pt"):
-                store.register_checkpoint(
+                records.register_checkpoint(
                     session,
                     job.id,
                     1,
@@ -93,7 +95,7 @@ def seed_job(settings: Settings, outside: Path) -> str:
                     sha256=hashlib.sha256(CHECKPOINT).hexdigest(),
                 )
             for state in (JobState.CANCELLING, JobState.CANCELLED):
-                assert store.transition_job(session, job.id, state, attempt=1)
+                assert records.transition_job(session, job.id, state, attempt=1)
             return job.id
     finally:
         engine.dispose()

@@ -11,8 +11,8 @@ from sqlalchemy.engine import Engine
 from jobs.states import JobState
 from service.app import create_app
 from service.db import make_engine
+from service.records.job_rows import job_list_query
 from service.settings import Settings
-from service.store.job_rows import job_list_query
 from tests.integration.conftest import ADMIN
 
 FILTERS: list[tuple[dict[str, Any], str]] = [

@@ -12,11 +12,11 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from jobs.states import ExitReason, JobState
-from service import store
+from service import records
 from service.models import Job, LogLine, MetricPoint, MetricRollup, utcnow
+from service.records.metric_rollups import WIDTHS, downsample
 from service.retention import prune_outputs
 from service.settings import Settings
-from service.store.metric_rollups import WIDTHS, downsample
 from tests.support.registry import running_job
 
 
@@ -33,11 +33,11 @@ def write_series(engine: Engine, job_id: str, steps: int, spike_at: int) -> None
                 if step == spike_at + 7:
                     loss = -50.0
                 points += [
-                    store.NewMetricPoint(step, 0, "loss", loss, float(step)),
-                    store.NewMetricPoint(step, 0, "lr", 0.1, float(step)),
+                    records.NewMetricPoint(step, 0, "loss", loss, float(step)),
+                    records.NewMetricPoint(step, 0, "lr", 0.1, float(step)),
                 ]
-            logs = [store.NewLogLine(0, float(first), f"line {first + i}") for i in range(3)]
-            store.append_output(session, job_id, 1, logs=logs, points=points)
+            logs = [records.NewLogLine(0, float(first), f"line {first + i}") for i in range(3)]
+            records.append_output(session, job_id, 1, logs=logs, points=points)
 
 
 def test_metrics_downsampled_keep_every_spike_and_at_most_max_points(
@@ -180,8 +180,8 @@ def test_logs_tail_newest_first_then_older_pages_cover_every_line_once(
     job_id = running_job(engine)
     with Session(engine) as session:
         for batch in range(5):
-            lines = [store.NewLogLine(i % 2, 0.0, f"b{batch} l{i}") for i in range(7)]
-            store.append_log_lines(session, job_id, 1, lines)
+            lines = [records.NewLogLine(i % 2, 0.0, f"b{batch} l{i}") for i in range(7)]
+            records.append_log_lines(session, job_id, 1, lines)
         last_seq = session.exec(select(Job.last_seq).where(Job.id == job_id)).one()
     path = f"/v1/jobs/{job_id}/logs"
     tail = api.get(path, params={"order": "desc", "limit": 10}).json()
@@ -211,15 +211,15 @@ def test_past_the_log_cap_lines_are_counted_not_stored(engine: Engine, api: Test
     cap = 1000
     with Session(engine) as session:
         for batch in range(4):
-            lines = [store.NewLogLine(0, 0.0, f"{batch:02d}" + "x" * 98) for _ in range(4)]
-            store.append_output(session, job_id, 1, logs=lines, max_log_bytes=cap)
+            lines = [records.NewLogLine(0, 0.0, f"{batch:02d}" + "x" * 98) for _ in range(4)]
+            records.append_output(session, job_id, 1, logs=lines, max_log_bytes=cap)
         # Metric points still go in past the log cap.
-        store.append_output(
+        records.append_output(
             session,
             job_id,
             1,
-            logs=[store.NewLogLine(0, 0.0, "y" * 100)],
-            points=[store.NewMetricPoint(1, 0, "loss", 0.5, 0.0)],
+            logs=[records.NewLogLine(0, 0.0, "y" * 100)],
+            points=[records.NewMetricPoint(1, 0, "loss", 0.5, 0.0)],
             max_log_bytes=cap,
         )
         stored = session.exec(select(LogLine.line).where(LogLine.job_id == job_id)).all()
@@ -239,15 +239,15 @@ def test_retention_deletes_old_finished_jobs_outputs_only(
     old, recent, running = running_job(engine), running_job(engine), running_job(engine)
     with Session(engine) as session:
         for job_id in (old, recent, running):
-            store.append_output(
+            records.append_output(
                 session,
                 job_id,
                 1,
-                logs=[store.NewLogLine(0, 0.0, "hello")],
-                points=[store.NewMetricPoint(1, 0, "loss", 0.5, 0.0)],
+                logs=[records.NewLogLine(0, 0.0, "hello")],
+                points=[records.NewMetricPoint(1, 0, "loss", 0.5, 0.0)],
             )
         for job_id in (old, recent):
-            store.transition_job(
+            records.transition_job(
                 session, job_id, JobState.SUCCEEDED, attempt=1, exit_reason=ExitReason.COMPLETED
             )
         session.execute(
@@ -266,5 +266,5 @@ def test_retention_deletes_old_finished_jobs_outputs_only(
         assert job.latest_metrics == {"loss": 0.5}
     # Deleting a job removes its rollups and tags too (foreign keys hold on PostgreSQL).
     with Session(engine) as session:
-        store.delete_job_rows(session, recent)
+        records.delete_job_rows(session, recent)
         assert not session.exec(select(MetricRollup).where(MetricRollup.job_id == recent)).all()

@@ -6,17 +6,17 @@ from sqlalchemy.engine import Engine
 
 from jobs.spec import JobSpec
 from jobs.states import AttemptRef, ExitReason, JobState
-from service import store
+from service import records
 from service.db import session_scope
 from service.models import Job
-from service.store.job_warnings import MAX_WARNING_CHARS, MAX_WARNINGS
+from service.records.job_warnings import MAX_WARNING_CHARS, MAX_WARNINGS
 from worker.attempt_end import record_outcome
 from worker.outcome import Outcome
 
 
 def take(engine: Engine, job_id: str, attempt: int) -> None:
     with session_scope(engine) as session:
-        assert store.take_job(session, job_id, attempt) is not None
+        assert records.take_job(session, job_id, attempt) is not None
 
 
 def warnings_of(engine: Engine, job_id: str) -> list[str]:
@@ -37,16 +37,18 @@ def test_warnings_are_kept_with_the_outcome_of_each_attempt(
 ) -> None:
     spec = JobSpec(name="w", recipe="synthetic", max_retries=1)
     with session_scope(engine) as session:
-        job_id = store.create_job(session, spec).id
+        job_id = records.create_job(session, spec).id
     assert api.get(f"/v1/jobs/{job_id}").json()["warnings"] == []
 
     take(engine, job_id, 1)
     with session_scope(engine) as session:  # what the worker of another attempt says: nothing
-        assert not store.add_job_warnings(session, job_id, 2, ["late"])
+        assert not records.add_job_warnings(session, job_id, 2, ["late"])
     with session_scope(engine) as session:  # the attempt fails and is retried
-        assert store.add_job_warnings(session, job_id, 1, ["ranks never trained as one group"])
-        failed = store.end_attempt(session, job_id, 1, JobState.FAILED, exit_reason=ExitReason.HANG)
-        assert store.commit_end(session, failed).retried is not None
+        assert records.add_job_warnings(session, job_id, 1, ["ranks never trained as one group"])
+        failed = records.end_attempt(
+            session, job_id, 1, JobState.FAILED, exit_reason=ExitReason.HANG
+        )
+        assert records.commit_end(session, failed).retried is not None
     take(engine, job_id, 2)
     assert end(engine, job_id, 2, JobState.SUCCEEDED, "recorded nothing", "recorded nothing")
     assert warnings_of(engine, job_id) == [
@@ -65,11 +67,11 @@ def test_warnings_are_kept_with_the_outcome_of_each_attempt(
 def test_a_flood_of_warnings_is_bounded(engine: Engine) -> None:
     spec = JobSpec(name="flood", recipe="synthetic")
     with session_scope(engine) as session:
-        job_id = store.create_job(session, spec).id
+        job_id = records.create_job(session, spec).id
     take(engine, job_id, 1)
     flood = [f"warning {i} " + "x" * 10_000 for i in range(500)]
     with session_scope(engine) as session:
-        assert store.add_job_warnings(session, job_id, 1, flood[:100])
+        assert records.add_job_warnings(session, job_id, 1, flood[:100])
         session.commit()
     assert end(engine, job_id, 1, JobState.SUCCEEDED, *flood[100:])
     kept = warnings_of(engine, job_id)

@@ -12,12 +12,12 @@ from sqlalchemy import text
 from sqlmodel import Session, select
 
 from jobs.states import JobState
-from service import store
+from service import records
 from service.app import create_app
 from service.db import make_engine
 from service.models import LogLine
+from service.records.log_search import check_query, line_matches
 from service.settings import Settings
-from service.store.log_search import check_query, line_matches
 from tests.integration.conftest import ADMIN
 from tests.integration.test_api_jobs import SYNTHETIC, assert_error_body
 from tests.integration.test_auth import make_token, send
@@ -40,10 +40,10 @@ def add_job(api: TestClient, settings: Settings, token: str, lines: list[tuple[i
     try:
         with Session(engine) as session:
             for state in (JobState.STARTING, JobState.RUNNING):
-                assert store.transition_job(session, job_id, state, attempt=1)
+                assert records.transition_job(session, job_id, state, attempt=1)
             now = time.time()
-            batch = [store.NewLogLine(rank, now, line) for rank, line in lines]
-            store.append_log_lines(session, job_id, 1, batch)
+            batch = [records.NewLogLine(rank, now, line) for rank, line in lines]
+            records.append_log_lines(session, job_id, 1, batch)
     finally:
         engine.dispose()
     return job_id

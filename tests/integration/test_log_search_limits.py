@@ -13,7 +13,7 @@ import pytest
 from sqlmodel import Session
 
 from jobs.states import JobState
-from service import store
+from service import records
 from service.db import make_engine
 from tests.conftest import make_stack
 from tests.support.stack import Stack
@@ -63,10 +63,10 @@ def add_job(http: httpx.Client, database_url: str, lines: list[str]) -> str:
     try:
         with Session(engine) as session:
             for state in (JobState.STARTING, JobState.RUNNING):
-                assert store.transition_job(session, job_id, state, attempt=1)
+                assert records.transition_job(session, job_id, state, attempt=1)
             now = time.time()
-            batch = [store.NewLogLine(0, now, line) for line in lines]
-            store.append_log_lines(session, job_id, 1, batch)
+            batch = [records.NewLogLine(0, now, line) for line in lines]
+            records.append_log_lines(session, job_id, 1, batch)
     finally:
         engine.dispose()
     return job_id

@@ -15,7 +15,7 @@ from sqlmodel import Session, SQLModel, col, select
 
 import service.models  # noqa: F401  (registers the tables)
 from jobs.spec import JobSpec
-from service import store
+from service import records
 from service.db import MIGRATIONS_DIR, make_engine
 from service.models import Job, MetricPoint, MetricRollup
 from service.settings import Settings
@@ -88,7 +88,7 @@ def test_rollups_stored_before_0014_get_their_extremes_from_the_points(database_
     engine = make_engine(database_url)
     try:
         with Session(engine, expire_on_commit=False) as session:
-            job = store.create_job(session, JobSpec(name="old", recipe="synthetic"))
+            job = records.create_job(session, JobSpec(name="old", recipe="synthetic"))
         engine.dispose()
         migrate(database_url, "0013", down=True)
         with Session(engine, expire_on_commit=False) as session:
@@ -126,7 +126,7 @@ def test_rollups_stored_before_0014_get_their_extremes_from_the_points(database_
                     assert got == {f: raw[f] for f in ("step", "epoch", "ts")}
                     assert getattr(row, f"{end}_attempt") == raw["attempt"]
                     assert getattr(row, f"{end}_value") == raw["value"]
-            chart = store.downsample(session, job.id, "loss", last_seq=639, max_points=20)
+            chart = records.downsample(session, job.id, "loss", last_seq=639, max_points=20)
             assert 2 < len(chart) <= 20
             for point in chart:
                 raw = by_seq[point.seq]

@@ -12,7 +12,7 @@ from sqlmodel import col, select
 
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState, NodeState
-from service import store
+from service import records
 from service.db import session_scope
 from service.executors.rq import RQExecutor, attempt_tasks, enqueue_attempt, rq_job_id
 from service.models import Job, JobEvent, JobNode, utcnow
@@ -23,12 +23,12 @@ from service.settings import Settings
 def new_job(engine: Engine, nnodes: int = 2, max_retries: int = 0) -> str:
     spec = JobSpec(name="multi", recipe="synthetic", nnodes=nnodes, max_retries=max_retries)
     with session_scope(engine) as session:
-        return store.create_job(session, spec).id
+        return records.create_job(session, spec).id
 
 
-def join(engine: Engine, job_id: str, node: int, attempt: int = 1) -> store.NodeSeat | None:
+def join(engine: Engine, job_id: str, node: int, attempt: int = 1) -> records.NodeSeat | None:
     with session_scope(engine) as session:
-        return store.join_node(
+        return records.join_node(
             session,
             job_id,
             attempt,
@@ -46,9 +46,9 @@ def finish(
     state: NodeState,
     reason: ExitReason | None = None,
     message: str | None = None,
-) -> store.AttemptEnd:
+) -> records.AttemptEnd:
     with session_scope(engine) as session:
-        return store.finish_node(
+        return records.finish_node(
             session, job_id, 1, node, state=state, exit_reason=reason, message=message
         )
 
@@ -85,7 +85,7 @@ def test_a_node_cannot_join_once_the_attempt_runs_or_is_cancelled(engine: Engine
     job_id = new_job(engine)
     assert join(engine, job_id, 0) is not None
     with session_scope(engine) as session:
-        assert store.transition_job(session, job_id, JobState.CANCELLING, attempt=1)
+        assert records.transition_job(session, job_id, JobState.CANCELLING, attempt=1)
     assert join(engine, job_id, 1) is None
 
 
@@ -104,7 +104,7 @@ def test_nodes_finishing_together_record_the_success_once(engine: Engine) -> Non
     for node in range(4):
         join(engine, job_id, node)
     barrier = threading.Barrier(4)
-    ends: list[store.AttemptEnd] = []
+    ends: list[records.AttemptEnd] = []
 
     def run(node: int) -> None:
         barrier.wait()
@@ -124,7 +124,7 @@ def test_the_first_failure_ends_the_attempt_with_the_announced_cause(engine: Eng
     job_id = new_job(engine)
     join(engine, job_id, 0), join(engine, job_id, 1)
     with session_scope(engine) as session:
-        store.announce_node_failure(
+        records.announce_node_failure(
             session, job_id, 1, 1, exit_reason=ExitReason.WORKER_LOST, message="worker w1 gone"
         )
     # Node 0's ranks fail next (their peer vanished) and it is the first to finish.
@@ -134,9 +134,11 @@ def test_the_first_failure_ends_the_attempt_with_the_announced_cause(engine: Eng
     assert (job.state, job.exit_reason) == ("failed", "worker_lost")
     assert job.message == "node 1 (worker w1): worker w1 gone"
     # The announcing node finishes later: only its row changes.
-    assert finish(engine, job_id, 1, NodeState.FAILED, ExitReason.WORKER_LOST) == store.AttemptEnd()
+    assert (
+        finish(engine, job_id, 1, NodeState.FAILED, ExitReason.WORKER_LOST) == records.AttemptEnd()
+    )
     with session_scope(engine) as session:
-        rows = {n.node: n for n in store.list_nodes(session, job_id)}
+        rows = {n.node: n for n in records.list_nodes(session, job_id)}
     assert (rows[0].state, rows[0].exit_reason) == ("failed", "user_error")
     assert (rows[1].state, rows[1].exit_reason) == ("failed", "worker_lost")
 
@@ -150,7 +152,7 @@ def test_a_failure_with_retries_left_queues_the_next_attempt(engine: Engine) -> 
     assert (job.state, job.attempt) == ("queued", 2)
     assert job.message is not None and "node 1 (worker w1): rank 1 failed" in job.message
     # The other node, stopped because the attempt ended elsewhere, changes nothing.
-    assert finish(engine, job_id, 0, NodeState.STOPPED) == store.AttemptEnd()
+    assert finish(engine, job_id, 0, NodeState.STOPPED) == records.AttemptEnd()
     assert job_of(engine, job_id).state == "queued"
     assert join(engine, job_id, 0, attempt=2) is not None
 
@@ -159,7 +161,7 @@ def test_a_cancel_ends_when_every_joined_node_has_stopped(engine: Engine) -> Non
     job_id = new_job(engine)
     join(engine, job_id, 0), join(engine, job_id, 1)
     with session_scope(engine) as session:
-        assert store.transition_job(session, job_id, JobState.CANCELLING, attempt=1)
+        assert records.transition_job(session, job_id, JobState.CANCELLING, attempt=1)
     assert finish(engine, job_id, 0, NodeState.CANCELLED, ExitReason.CANCELLED).recorded is False
     assert job_of(engine, job_id).state == "cancelling"
     # A node whose ranks broke before it saw the cancel still counts as stopped.
@@ -195,7 +197,7 @@ def test_the_reaper_ends_the_attempt_of_a_lost_node_while_others_heartbeat(
             .values(last_heartbeat=utcnow() - timedelta(seconds=60))
         )
         session.commit()
-        assert store.touch_job_heartbeat(session, job_id, 1, node=0) == JobState.STARTING
+        assert records.touch_job_heartbeat(session, job_id, 1, node=0) == JobState.STARTING
     redis = Redis.from_url(redis_url)
     try:
         report = reap_once(engine, RQExecutor(redis, grace_s=1), settings)
@@ -210,7 +212,7 @@ def test_the_reaper_ends_the_attempt_of_a_lost_node_while_others_heartbeat(
         assert reap_once(engine, RQExecutor(redis, grace_s=1), settings).retried == [], "once"
         # The node that heartbeats sees its attempt is over.
         with session_scope(engine) as session:
-            assert store.touch_job_heartbeat(session, job_id, 1, node=0) is None
+            assert records.touch_job_heartbeat(session, job_id, 1, node=0) is None
     finally:
         redis.close()
 
@@ -220,5 +222,5 @@ def test_deleting_a_job_removes_its_nodes(engine: Engine) -> None:
     join(engine, job_id, 0)
     finish(engine, job_id, 0, NodeState.FAILED, ExitReason.USER_ERROR)
     with session_scope(engine) as session:
-        store.delete_job_rows(session, job_id)
-        assert store.list_nodes(session, job_id) == []
+        records.delete_job_rows(session, job_id)
+        assert records.list_nodes(session, job_id) == []

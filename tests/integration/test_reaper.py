@@ -22,7 +22,7 @@ from sqlmodel import col, select
 
 from jobs.spec import JobSpec
 from jobs.states import ExitReason, JobState
-from service import store
+from service import records
 from service.db import make_engine, session_scope
 from service.executors.base import DryRunPlan, TaskEnd, TaskPlan, TaskStatus
 from service.executors.registry import RoutingExecutor
@@ -44,7 +44,7 @@ class Env:
         """A job of attempt 1 in `state`, its heartbeat a minute old, as a lost worker left it."""
         spec = JobSpec(name="lost", recipe="synthetic", max_retries=max_retries)
         with session_scope(self.engine) as session:
-            job = store.create_job(session, spec)
+            job = records.create_job(session, spec)
             enqueue_attempt(self.redis, job, grace_s=1)
             path = {
                 JobState.STARTING: [JobState.STARTING],
@@ -52,7 +52,7 @@ class Env:
                 JobState.CANCELLING: [JobState.STARTING, JobState.RUNNING, JobState.CANCELLING],
             }[state]
             for target in path:
-                assert store.transition_job(session, job.id, target, attempt=1, worker="w:1")
+                assert records.transition_job(session, job.id, target, attempt=1, worker="w:1")
             self.set_heartbeat(job.id, seconds_ago=60)
             return job.id
 
@@ -146,12 +146,12 @@ def test_a_heartbeat_between_the_look_and_the_change_wins(env: Env) -> None:
     env.set_heartbeat(job_id, seconds_ago=1)  # the worker answers just now
     with session_scope(env.engine) as session:
         assert (
-            store.requeue_job(
+            records.requeue_job(
                 session, job_id, 1, exit_reason=ExitReason.WORKER_LOST, lost_before=cutoff
             )
             is None
         )
-        assert not store.transition_job(
+        assert not records.transition_job(
             session, job_id, JobState.FAILED, attempt=1, lost_before=cutoff
         )
     assert (env.get(job_id).state, env.get(job_id).attempt) == ("running", 1)
@@ -174,27 +174,27 @@ def test_the_policy_decides_which_failures_retry(env: Env) -> None:
     job_id = env.job(max_retries=1)
     with session_scope(env.engine) as session:
         for reason in (ExitReason.CANCELLED, ExitReason.TIMEOUT, ExitReason.LAUNCH_ERROR):
-            assert store.requeue_job(session, job_id, 1, exit_reason=reason) is None
-        retried = store.requeue_job(session, job_id, 1, exit_reason=ExitReason.HANG)
+            assert records.requeue_job(session, job_id, 1, exit_reason=reason) is None
+        retried = records.requeue_job(session, job_id, 1, exit_reason=ExitReason.HANG)
         assert retried is not None and retried.attempt == 2
-        assert store.transition_job(session, job_id, JobState.STARTING, attempt=2)
-        assert store.transition_job(session, job_id, JobState.RUNNING, attempt=2)
+        assert records.transition_job(session, job_id, JobState.STARTING, attempt=2)
+        assert records.transition_job(session, job_id, JobState.RUNNING, attempt=2)
         # max_retries: 1 is used up
-        assert store.requeue_job(session, job_id, 2, exit_reason=ExitReason.HANG) is None
+        assert records.requeue_job(session, job_id, 2, exit_reason=ExitReason.HANG) is None
 
 
 def test_writes_of_a_superseded_attempt_are_refused(env: Env) -> None:
     job_id = env.job(max_retries=1)
     env.reap()
     seq = env.get(job_id).last_seq
-    point = store.NewMetricPoint(1, 1, "loss", 0.5, time.time())
+    point = records.NewMetricPoint(1, 1, "loss", 0.5, time.time())
     with session_scope(env.engine) as session:
-        with pytest.raises(store.AttemptSuperseded):
-            store.append_metric_points(session, job_id, 1, [point])
-        with pytest.raises(store.AttemptSuperseded):
-            store.append_log_lines(session, job_id, 1, [store.NewLogLine(0, time.time(), "x")])
-        with pytest.raises(store.AttemptSuperseded):
-            store.register_checkpoint(
+        with pytest.raises(records.AttemptSuperseded):
+            records.append_metric_points(session, job_id, 1, [point])
+        with pytest.raises(records.AttemptSuperseded):
+            records.append_log_lines(session, job_id, 1, [records.NewLogLine(0, time.time(), "x")])
+        with pytest.raises(records.AttemptSuperseded):
+            records.register_checkpoint(
                 session,
                 job_id,
                 1,
@@ -205,11 +205,11 @@ def test_writes_of_a_superseded_attempt_are_refused(env: Env) -> None:
                 size=1,
                 sha256="0" * 64,
             )
-        with pytest.raises(store.AttemptSuperseded):
-            store.add_attempt_event(session, job_id, "restart", 1, {"restart": 1})
-        assert store.touch_job_heartbeat(session, job_id, 1) is None
-        assert not store.transition_job(session, job_id, JobState.FAILED, attempt=1)
-        assert not store.transition_job(session, job_id, JobState.SUCCEEDED, attempt=1)
+        with pytest.raises(records.AttemptSuperseded):
+            records.add_attempt_event(session, job_id, "restart", 1, {"restart": 1})
+        assert records.touch_job_heartbeat(session, job_id, 1) is None
+        assert not records.transition_job(session, job_id, JobState.FAILED, attempt=1)
+        assert not records.transition_job(session, job_id, JobState.SUCCEEDED, attempt=1)
     job = env.get(job_id)
     assert (job.state, job.attempt, job.last_seq) == ("queued", 2, seq)
 
@@ -217,7 +217,7 @@ def test_writes_of_a_superseded_attempt_are_refused(env: Env) -> None:
 def test_queued_jobs_whose_queue_entry_vanished_are_enqueued_again(env: Env) -> None:
     old = env.job(max_retries=0, state=JobState.RUNNING)
     with session_scope(env.engine) as session:
-        queued = store.create_job(session, JobSpec(name="q", recipe="synthetic"))
+        queued = records.create_job(session, JobSpec(name="q", recipe="synthetic"))
     env.redis.flushdb()  # Redis lost its data
     assert env.reap().enqueued == [], "a job just created has some slack"
     later = env.after_queued_grace()
@@ -231,7 +231,7 @@ def test_queued_jobs_whose_queue_entry_vanished_are_enqueued_again(env: Env) -> 
 
 def test_a_queued_job_whose_queue_entry_ended_is_enqueued_again(env: Env) -> None:
     with session_scope(env.engine) as session:
-        job = store.create_job(session, JobSpec(name="q", recipe="synthetic"))
+        job = records.create_job(session, JobSpec(name="q", recipe="synthetic"))
     enqueue_attempt(env.redis, job, grace_s=1)
     rq_job = RQJob.fetch(rq_job_id(job.id, 1), connection=env.redis)
     Queue("default", connection=env.redis).remove(rq_job)
@@ -262,7 +262,7 @@ def test_a_queued_slurm_job_says_why_slurm_keeps_it_waiting(env: Env) -> None:
     """Slurm's reason (squeue's REASON) becomes the job's pending_reason while it is queued;
     a job no longer queued keeps none."""
     with session_scope(env.engine) as session:
-        queued = store.create_job(session, JobSpec(name="waits", recipe="synthetic")).id
+        queued = records.create_job(session, JobSpec(name="waits", recipe="synthetic")).id
     running = env.job()
 
     for job_id in (queued, running):  # as SlurmExecutor.describe tells a PENDING allocation
@@ -318,8 +318,8 @@ def test_every_executor_that_reports_ends_is_asked_about_its_jobs(env: Env) -> N
     backend's reason. Jobs of the other queues are not asked about."""
     far = {"queue": "far"}
     with session_scope(env.engine) as session:
-        waits = store.create_job(session, JobSpec(name="w", recipe="synthetic", **far)).id
-        here = store.create_job(session, JobSpec(name="h", recipe="synthetic")).id
+        waits = records.create_job(session, JobSpec(name="w", recipe="synthetic", **far)).id
+        here = records.create_job(session, JobSpec(name="h", recipe="synthetic")).id
     ended, cancelling = env.job(), env.job(state=JobState.CANCELLING)
     with session_scope(env.engine) as session:
         session.execute(update(Job).where(col(Job.id).in_([ended, cancelling])).values(queue="far"))

@@ -15,7 +15,7 @@ from sqlmodel import Session
 
 from jobs.contract.checkpoints import CheckpointPolicy
 from jobs.states import AttemptRef
-from service import store
+from service import records
 from service.artifacts import open_store
 from service.db import make_engine, upgrade_database
 from service.settings import Settings
@@ -48,7 +48,7 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
 
 def listed(engine: Engine, job_id: str) -> list[str]:
     with Session(engine) as session:
-        return [c.path for c in store.list_checkpoints(session, job_id)]
+        return [c.path for c in records.list_checkpoints(session, job_id)]
 
 
 def test_an_upload_cut_by_the_store_is_retried_and_only_then_registered(
@@ -98,7 +98,7 @@ def test_an_upload_cut_by_the_store_is_retried_and_only_then_registered(
     assert registrar.rejected == 0
     assert any("trying again" in r.getMessage() for r in caplog.records), "never interrupted"
     with Session(engine) as session:
-        [row] = store.list_checkpoints(session, job_id)
+        [row] = records.list_checkpoints(session, job_id)
     assert row.path == key
     assert row.sha256 == hashlib.sha256(data).hexdigest() and row.size == SIZE
     assert artifacts.size(key) == SIZE

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from jobs.states import ExitReason, JobState
-from service import store
+from service import records
 from service.models import Job
 from service.settings import Settings
 from service.stream_notifier import StreamNotifier
@@ -34,16 +34,17 @@ WRITER = """
 import sys, time
 from sqlmodel import Session
 from jobs.states import ExitReason, JobState
-from service import store
+from service import records
 from service.db import make_engine
 for command in sys.stdin:
     url, job_id, what = command.split()
     engine = make_engine(url)
     with Session(engine) as session:
-        store.append_log_lines(session, job_id, 1, [store.NewLogLine(0, time.time(), "from afar")])
+        line = records.NewLogLine(0, time.time(), "from afar")
+        records.append_log_lines(session, job_id, 1, [line])
         if what == "end":
-            store.transition_job(session, job_id, JobState.SUCCEEDED, attempt=1,
-                                 exit_reason=ExitReason.COMPLETED)
+            records.transition_job(session, job_id, JobState.SUCCEEDED, attempt=1,
+                                   exit_reason=ExitReason.COMPLETED)
     engine.dispose()
     print("written", flush=True)
 """
@@ -172,8 +173,8 @@ def test_a_stream_resumes_exactly_and_is_woken_by_a_later_write(
 ) -> None:
     job_id = running_job(engine)
     with Session(engine) as session:
-        store.append_log_lines(
-            session, job_id, 1, [store.NewLogLine(0, 0.0, f"l{i}") for i in range(5)]
+        records.append_log_lines(
+            session, job_id, 1, [records.NewLogLine(0, 0.0, f"l{i}") for i in range(5)]
         )
     # Resume after the 2nd log line (the job's seqs: queued, starting, running, then lines).
     resume_after = 5
@@ -181,8 +182,8 @@ def test_a_stream_resumes_exactly_and_is_woken_by_a_later_write(
     def write_and_end() -> None:
         """On a connection of its own (another process's write is the test above)."""
         with Session(engine) as session:
-            store.append_log_lines(session, job_id, 1, [store.NewLogLine(0, 0.0, "from afar")])
-            store.transition_job(
+            records.append_log_lines(session, job_id, 1, [records.NewLogLine(0, 0.0, "from afar")])
+            records.transition_job(
                 session, job_id, JobState.SUCCEEDED, attempt=1, exit_reason=ExitReason.COMPLETED
             )
 
@@ -284,7 +285,7 @@ def test_jobs_streams_watch_are_marked_watched_while_active_and_their_supervisor
     poll); a job nobody watches is not marked, nor is a finished one."""
     watched, finished, unwatched = (running_job(engine) for _ in range(3))
     with Session(engine) as session:
-        store.transition_job(
+        records.transition_job(
             session, finished, JobState.SUCCEEDED, attempt=1, exit_reason=ExitReason.COMPLETED
         )
     statements = count_statements(engine)
@@ -303,7 +304,7 @@ def test_jobs_streams_watch_are_marked_watched_while_active_and_their_supervisor
     marks = [s for s in statements if s.lstrip().upper().startswith("UPDATE")]
     assert len(marks) == 1  # five polls within WATCH_MARK_S: one mark
     with Session(engine) as session:
-        signals = {j: store.read_job_signals(session, j, 1) for j in (watched, unwatched)}
+        signals = {j: records.read_job_signals(session, j, 1) for j in (watched, unwatched)}
         assert signals[watched].watched() and signals[watched].state is JobState.RUNNING
         assert not signals[unwatched].watched() and signals[unwatched].watched_at is None
         assert session.get(Job, finished).watched_at is None  # type: ignore[union-attr]

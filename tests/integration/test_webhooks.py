@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session
 
 from jobs.states import JobState
-from service import store
+from service import records
 from service.app import create_app
 from service.db import make_engine
 from service.models import Webhook
@@ -206,10 +206,10 @@ def drive_job(session: Session, job_id: str, end: JobState, checkpoint_dir: Path
     """Move a job as a worker would: it starts, runs, saves two checkpoints (the first the
     best), and ends in `end`."""
     for state in (JobState.STARTING, JobState.RUNNING):
-        assert store.transition_job(session, job_id, state, attempt=1)
+        assert records.transition_job(session, job_id, state, attempt=1)
     for step, loss in ((1, 0.5), (2, 0.7)):
         content = f"{job_id}-{step}".encode()
-        store.register_checkpoint(
+        records.register_checkpoint(
             session,
             job_id,
             1,
@@ -221,8 +221,8 @@ def drive_job(session: Session, job_id: str, end: JobState, checkpoint_dir: Path
             sha256=hashlib.sha256(content).hexdigest(),
         )
     if end is JobState.CANCELLED:
-        assert store.transition_job(session, job_id, JobState.CANCELLING, attempt=1)
-    assert store.transition_job(session, job_id, end, attempt=1)
+        assert records.transition_job(session, job_id, JobState.CANCELLING, attempt=1)
+    assert records.transition_job(session, job_id, end, attempt=1)
 
 
 @sqlite_only

@@ -10,7 +10,7 @@ from sqlmodel import Session
 from jobs.contract.checkpoints import CheckpointPolicy
 from jobs.spec import JobSpec
 from jobs.states import AttemptRef, JobState
-from service import store
+from service import records
 from service.artifacts import ArtifactStore
 from worker.checkpoints import CheckpointRegistrar
 from worker.events import CheckpointEvent
@@ -19,9 +19,9 @@ from worker.events import CheckpointEvent
 def running_job(engine: Engine, **spec: object) -> str:
     """A job at attempt 1, running, as a worker would have it."""
     with Session(engine, expire_on_commit=False) as session:
-        job = store.create_job(session, JobSpec(name="stored", recipe="synthetic", **spec))
-        store.transition_job(session, job.id, JobState.STARTING, attempt=1)
-        store.transition_job(session, job.id, JobState.RUNNING, attempt=1)
+        job = records.create_job(session, JobSpec(name="stored", recipe="synthetic", **spec))
+        records.transition_job(session, job.id, JobState.STARTING, attempt=1)
+        records.transition_job(session, job.id, JobState.RUNNING, attempt=1)
     return job.id
 
 

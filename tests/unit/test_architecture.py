@@ -58,7 +58,7 @@ WORKER_MAY_IMPORT = frozenset(
         "service.db",
         "service.models",
         "service.settings",
-        "service.store",
+        "service.records",
         # the executors: the seam, the registry (this process's executor, a node's placement,
         # the backends' secrets), the RQ task's name and shape, the worker records in Redis
         "service.executors.base",
@@ -137,15 +137,15 @@ def test_service_imports_are_found_at_any_depth_and_by_module(tmp_path: Path) ->
     sample = tmp_path / "sample.py"
     sample.write_text(
         "import service.db\n"
-        "from service import store\n"
-        "from service.store import take_job\n"
+        "from service import records\n"
+        "from service.records import take_job\n"
         "from jobs.states import JobState\n"
         "def late() -> None:\n"
         "    from service.artifacts import tree, open_store\n"
     )
     assert service_imports(sample) == {
         "service.db",
-        "service.store",
+        "service.records",
         "service.artifacts",
         "service.artifacts.tree",
     }
@@ -179,7 +179,7 @@ def test_the_client_loads_nothing_of_the_server() -> None:
     assert loaded_by("client, client.cli", ("service", "worker", "torch")) == []
 
 
-# Bottom first: each module of the store imports only those before it.
+# Bottom first: each module of the records imports only those before it.
 STORE_LAYERS = [
     "webhook_outbox",
     "lifecycle",
@@ -189,18 +189,18 @@ STORE_LAYERS = [
     "outputs",
     "checkpoints",
     "stream",
-    "stacks",
+    "signals",
     "log_search",
 ]
 
 
-def test_the_store_is_layered_on_its_lifecycle_core() -> None:
+def test_the_records_are_layered_on_its_lifecycle_core() -> None:
     for i, layer in enumerate(STORE_LAYERS):
-        below = {f"service.store.{name}" for name in STORE_LAYERS[:i]}
+        below = {f"service.records.{name}" for name in STORE_LAYERS[:i]}
         used = {
             m
-            for m in imported_modules(ROOT / f"service/store/{layer}.py")
-            if m.startswith("service.store")
+            for m in imported_modules(ROOT / f"service/records/{layer}.py")
+            if m.startswith("service.records")
         }
         assert used <= below, (layer, sorted(used - below))
 

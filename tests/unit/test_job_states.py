@@ -87,11 +87,11 @@ def _writes_a_state(function: ast.AST) -> bool:
 
 
 def test_only_the_lifecycles_move_updates_a_jobs_state() -> None:
-    """`move` (service/store/lifecycle.py) sets `state` from the sources `sources_of` checked;
+    """`move` (service/records/lifecycle.py) sets `state` from the sources `sources_of` checked;
     any other UPDATE that names `state` in its values would bypass the table."""
     writers = []
     for path in [*ROOT.glob("service/**/*.py"), *ROOT.glob("worker/**/*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef) and _writes_a_state(node):
                 writers.append(f"{path.relative_to(ROOT)}:{node.name}")
-    assert writers == ["service/store/lifecycle.py:move"]
+    assert writers == ["service/records/lifecycle.py:move"]

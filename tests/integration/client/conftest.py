@@ -1,7 +1,7 @@
 """A real Launchbay API on a free port (uvicorn in a thread), over SQLite and a private Redis.
 
 The tests drive it with the SDK and the CLI over HTTP; what a worker would record (states,
-metrics, logs, checkpoints) they write with `service.store`, as the worker does.
+metrics, logs, checkpoints) they write with `service.records`, as the worker does.
 """
 
 import hashlib
@@ -18,7 +18,7 @@ from sqlmodel import Session
 
 from client import Client
 from jobs.states import JobState
-from service import store
+from service import records
 from service.app import create_app
 from service.db import make_engine, upgrade_database
 from service.settings import Settings
@@ -49,19 +49,19 @@ class LiveApi:
 
     def start(self, job_id: str) -> None:
         with self.worker_session() as session:
-            assert store.transition_job(session, job_id, JobState.STARTING, attempt=1)
-            assert store.transition_job(session, job_id, JobState.RUNNING, attempt=1)
+            assert records.transition_job(session, job_id, JobState.STARTING, attempt=1)
+            assert records.transition_job(session, job_id, JobState.RUNNING, attempt=1)
 
     def finish(self, job_id: str, state: JobState, **fields: object) -> None:
         with self.worker_session() as session:
-            assert store.transition_job(session, job_id, state, attempt=1, **fields)
+            assert records.transition_job(session, job_id, state, attempt=1, **fields)
 
     def add_checkpoint(self, job_id: str, data: bytes, name: str = "step-1.pt") -> str:
         folder = self.settings.checkpoints_dir / job_id
         folder.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(data)
         with self.worker_session() as session:
-            checkpoint = store.register_checkpoint(
+            checkpoint = records.register_checkpoint(
                 session,
                 job_id,
                 1,

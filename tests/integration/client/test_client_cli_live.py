@@ -10,7 +10,7 @@ from typer.testing import CliRunner, Result
 from client.cli import CliState, app
 from client.sdk import Client
 from jobs.states import ExitReason, JobState
-from service import store
+from service import records
 from tests.integration.client.conftest import ADMIN_TOKEN, LiveApi, StreamOpened, once
 from tests.support.procs import free_port
 
@@ -63,8 +63,8 @@ def test_watch_follows_a_running_job_to_success(live_api: LiveApi) -> None:
 
     def worker() -> None:
         with live_api.worker_session() as session:
-            store.append_log_lines(
-                session, job_id, 1, [store.NewLogLine(1, time.time(), "training")]
+            records.append_log_lines(
+                session, job_id, 1, [records.NewLogLine(1, time.time(), "training")]
             )
         live_api.finish(job_id, JobState.SUCCEEDED, exit_code=0, exit_reason=ExitReason.COMPLETED)
 
@@ -90,9 +90,11 @@ def test_logs_metrics_and_download(live_api: LiveApi, tmp_path: Path) -> None:
     job_id = submitted(live_api)
     live_api.start(job_id)
     with live_api.worker_session() as session:
-        store.append_log_lines(session, job_id, 1, [store.NewLogLine(0, time.time(), "epoch 0")])
-        point = store.NewMetricPoint(3, 0, "loss", 0.25, time.time())
-        store.append_metric_points(session, job_id, 1, [point])
+        records.append_log_lines(
+            session, job_id, 1, [records.NewLogLine(0, time.time(), "epoch 0")]
+        )
+        point = records.NewMetricPoint(3, 0, "loss", 0.25, time.time())
+        records.append_metric_points(session, job_id, 1, [point])
     live_api.add_checkpoint(job_id, b"weights" * 1000)
 
     assert launchbay(live_api.url, "logs", job_id).stdout == "[rank 0] epoch 0\n"

@@ -10,7 +10,7 @@ import pytest
 
 from client import ChecksumMismatch, Conflict, InvalidRequest, NotFound, Unauthorized
 from jobs.states import ExitReason, JobState
-from service import store
+from service import records
 from tests.integration.client.conftest import LiveApi, StreamOpened, once
 
 SPEC = {"name": "it-client", "recipe": "synthetic"}
@@ -104,12 +104,12 @@ def test_metrics_and_logs_page_through_everything(live_api: LiveApi) -> None:
         with live_api.worker_session() as session:
             for step in range(1, 13):
                 points = [
-                    store.NewMetricPoint(step, 0, "loss", 1 / step, time.time()),
-                    store.NewMetricPoint(step, 0, "accuracy", step / 12, time.time()),
+                    records.NewMetricPoint(step, 0, "loss", 1 / step, time.time()),
+                    records.NewMetricPoint(step, 0, "accuracy", step / 12, time.time()),
                 ]
-                store.append_metric_points(session, job_id, 1, points)
-            lines = [store.NewLogLine(i % 2, time.time(), f"line {i}") for i in range(9)]
-            store.append_log_lines(session, job_id, 1, lines)
+                records.append_metric_points(session, job_id, 1, points)
+            lines = [records.NewLogLine(i % 2, time.time(), f"line {i}") for i in range(9)]
+            records.append_log_lines(session, job_id, 1, lines)
 
         everything = list(lb.iter_metrics(job_id, page_size=5))
         assert len(everything) == 24
@@ -127,9 +127,9 @@ def test_events_follow_a_job_to_its_end_and_resume_without_gap(live_api: LiveApi
         job_id = lb.submit_job(SPEC).id
         live_api.start(job_id)
         with live_api.worker_session() as session:
-            store.append_log_lines(session, job_id, 1, [store.NewLogLine(0, time.time(), "hi")])
-            point = store.NewMetricPoint(1, 0, "loss", 0.5, time.time())
-            store.append_metric_points(session, job_id, 1, [point])
+            records.append_log_lines(session, job_id, 1, [records.NewLogLine(0, time.time(), "hi")])
+            point = records.NewMetricPoint(1, 0, "loss", 0.5, time.time())
+            records.append_metric_points(session, job_id, 1, [point])
         finishing = once(
             transport.opened,
             lambda: live_api.finish(

@@ -32,7 +32,7 @@ from client.models import (
     Usage,
 )
 from jobs.states import ExitReason, JobState
-from service import store
+from service import records
 from tests.integration.client.conftest import ADMIN_TOKEN, LiveApi
 
 SPEC = {"name": "it-models", "recipe": "synthetic", "tags": {"team": "vision"}}
@@ -194,15 +194,15 @@ def test_client_and_async_client_have_one_surface() -> None:
 def _produce(live_api: LiveApi, job_id: str) -> None:
     with live_api.worker_session() as session:
         points = [
-            store.NewMetricPoint(1, 0, "loss", 0.5, time.time()),
-            store.NewMetricPoint(2, 0, "loss", 0.25, time.time()),
+            records.NewMetricPoint(1, 0, "loss", 0.5, time.time()),
+            records.NewMetricPoint(2, 0, "loss", 0.25, time.time()),
         ]
-        store.append_metric_points(session, job_id, 1, points)
+        records.append_metric_points(session, job_id, 1, points)
         lines = [
-            store.NewLogLine(0, time.time(), "[bold]one[/]"),
-            store.NewLogLine(1, time.time(), "two"),
+            records.NewLogLine(0, time.time(), "[bold]one[/]"),
+            records.NewLogLine(1, time.time(), "two"),
         ]
-        store.append_log_lines(session, job_id, 1, lines)
+        records.append_log_lines(session, job_id, 1, lines)
 
 
 def _script(tmp_path: Path) -> Path:

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from client.cli import CliState, app
-from service import store
+from service import records
 from tests.integration.client.conftest import ADMIN_TOKEN, LiveApi
 
 
@@ -31,10 +31,10 @@ def test_runs_table_sorted_by_best_loss(live_api: LiveApi) -> None:
             live_api.start(ids[-1])
             with live_api.worker_session() as session:
                 points = [
-                    store.NewMetricPoint(step, 0, "loss", loss, time.time())
+                    records.NewMetricPoint(step, 0, "loss", loss, time.time())
                     for step, loss in enumerate(losses, 1)
                 ]
-                store.append_metric_points(session, ids[-1], 1, points)
+                records.append_metric_points(session, ids[-1], 1, points)
         page = lb.list_runs(tag="sweep=lr")
     assert [run.job.id for run in page.items] == ids[::-1]
     assert page.items[1].metrics["loss"].best == 0.2 and page.items[1].metrics["loss"].last == 0.4

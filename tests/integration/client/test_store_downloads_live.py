@@ -22,7 +22,7 @@ from sqlmodel import Session
 from client import Client
 from client.errors import ChecksumMismatch, NotFound
 from jobs.states import JobState
-from service import store
+from service import records
 from service.artifacts import ObjectMissing, open_store
 from service.db import make_engine, upgrade_database
 from service.settings import Settings
@@ -196,7 +196,7 @@ def test_downloads_verify_and_ranges_are_exact(
         # Deleting the finished job deletes its checkpoints from the store too.
         engine = make_engine(settings.resolved_database_url)
         with Session(engine) as session:
-            store.transition_job(session, job_id, JobState.SUCCEEDED, attempt=1)
+            records.transition_job(session, job_id, JobState.SUCCEEDED, attempt=1)
         engine.dispose()
         lb.delete_job(job_id)
         for item in (single, folder):

@@ -25,8 +25,8 @@ from jobs.states import AttemptRef
 from service.db import make_engine, session_scope, upgrade_database
 from service.executors.rq import RQExecutor
 from service.models import Checkpoint, Job, JobEvent, LogLine, MetricPoint
+from service.records import create_job, list_checkpoints
 from service.settings import Settings
-from service.store import create_job, list_checkpoints
 from tests.integration.conftest import copy_migrated_sqlite
 from tests.support.attempts import run_attempt
 from tests.support.isolation import reachable_by_job_users

@@ -11,7 +11,7 @@ import pytest
 
 from jobs.states import JobState
 from service.db import session_scope
-from service.store import transition_job
+from service.records import transition_job
 from tests.integration.worker.conftest import WorkerEnv
 from tests.integration.worker.test_stops import run_in_background
 from tests.support.procs import wait_until
@@ -110,7 +110,7 @@ def test_a_confined_jobs_processes_are_recorded_from_its_cgroup(
     import os
     import sys
 
-    from worker import supervise
+    from worker import process_tree
     from worker.cgroups import JobCgroup
     from worker.launch import LaunchPlan
 
@@ -127,13 +127,13 @@ def test_a_confined_jobs_processes_are_recorded_from_its_cgroup(
     plan = LaunchPlan(
         argv=[sys.executable, "-c", f"{child}; time.sleep(60)"], env=dict(os.environ), cwd=tmp_path
     )
-    tree = supervise.start_launcher(plan, tmp_path / "launcher.log", None, cgroup)
+    tree = process_tree.start_launcher(plan, tmp_path / "launcher.log", None, cgroup)
     try:
 
-        def scanned() -> dict[int, supervise._Proc]:
+        def scanned() -> dict[int, process_tree._Proc]:
             raise AssertionError("the whole process table was scanned")
 
-        monkeypatch.setattr(supervise, "_live_processes", scanned)
+        monkeypatch.setattr(process_tree, "_live_processes", scanned)
 
         assert wait_until(started.exists, timeout=20)
 
@@ -146,5 +146,5 @@ def test_a_confined_jobs_processes_are_recorded_from_its_cgroup(
         assert len(sleeper) == 1 and sleeper[0].sid == sleeper[0].pid  # a session of its own
     finally:
         monkeypatch.undo()
-        assert supervise.stop_job_processes(tree, 1.0) == []
+        assert process_tree.stop_job_processes(tree, 1.0) == []
         cgroup.remove()

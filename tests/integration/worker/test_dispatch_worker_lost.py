@@ -34,7 +34,7 @@ def start_worker(wenv: WorkerEnv, queue: str, name: str, log: Path) -> subproces
         "LAUNCHBAY_HEARTBEAT_INTERVAL_S": "1",
         "LAUNCHBAY_WORKER_POLL_S": "0.1",
     }
-    code = f"from worker.main import run_worker; run_worker([{queue!r}], name={name!r})"
+    code = f"from worker.rq_worker import run_worker; run_worker([{queue!r}], name={name!r})"
     return start([sys.executable, "-c", code], env, log)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from client.specfile import apply_assignments, load_spec
 from jobs.spec import JobSpec
 from service.db import session_scope
-from service.store import create_job
+from service.records import create_job
 from tests.integration.worker.conftest import WorkerEnv
 
 SMOKE = Path(__file__).resolve().parents[3] / "examples" / "nccl-smoke.yaml"

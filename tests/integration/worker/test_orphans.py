@@ -20,7 +20,7 @@ import pytest
 from tests.support.procs import wait_until
 from worker.launch import RANK_ENTRY
 from worker.orphans import SupervisorNote, note_path, stop_orphans
-from worker.supervise import LIFELINE, with_lifeline
+from worker.process_tree import LIFELINE, with_lifeline
 
 
 def marked(marker: str) -> list[psutil.Process]:
@@ -57,7 +57,7 @@ def test_launcher_and_rank_die_with_a_sigkilled_supervisor(tmp_path: Path, marke
     supervisor = textwrap.dedent(
         f"""
         import subprocess, sys, time
-        from worker.supervise import with_lifeline
+        from worker.process_tree import with_lifeline
         argv = with_lifeline([sys.executable, "-c", {launcher!r}])
         subprocess.Popen(argv, start_new_session=True)
         time.sleep(600)

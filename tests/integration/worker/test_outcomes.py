@@ -10,7 +10,7 @@ from rq import Queue
 from jobs.states import AttemptRef, JobState
 from service.db import session_scope
 from service.executors.rq import rq_job_id
-from service.store import transition_job
+from service.records import transition_job
 from tests.integration.worker.conftest import WorkerEnv
 from tests.support.attempts import run_attempt
 from worker import devices

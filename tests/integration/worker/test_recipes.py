@@ -7,7 +7,7 @@ import pytest
 
 from jobs.states import ExitReason
 from service.db import session_scope
-from service.store import create_job, requeue_job
+from service.records import create_job, requeue_job
 from tests.integration.worker.conftest import WorkerEnv
 from tests.support.procs import wait_until
 from worker.attempt import AttemptResult

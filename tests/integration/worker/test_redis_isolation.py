@@ -20,7 +20,7 @@ from service.models import Job
 from tests.integration.worker.conftest import WorkerEnv, make_worker_env
 from tests.support.services import RedisServer, private_redis
 from worker.isolation import can_switch_users
-from worker.main import run_worker
+from worker.rq_worker import run_worker
 
 pytestmark = pytest.mark.skipif(not can_switch_users(), reason="job users need a root worker")
 PASSWORD = secrets.token_urlsafe(24)

@@ -19,8 +19,8 @@ from service.models import Job
 from service.worker_records import worker_key
 from tests.integration.worker.conftest import WorkerEnv
 from tests.support.procs import job_processes, start, stop, wait_until
-from worker import supervise, tasks
-from worker.main import run_worker
+from worker import process_tree, tasks
+from worker.rq_worker import run_worker
 
 
 def enqueue(env: WorkerEnv, job_id: str) -> None:
@@ -62,7 +62,7 @@ def test_cold_shutdown_stops_the_job_first(wenv: WorkerEnv, tmp_path: Path) -> N
         "LAUNCHBAY_CANCEL_GRACE_S": str(settings.cancel_grace_s),
         "LAUNCHBAY_WORKER_POLL_S": str(settings.worker_poll_s),
     }
-    code = f"from worker.main import run_worker; run_worker([{queue!r}])"
+    code = f"from worker.rq_worker import run_worker; run_worker([{queue!r}])"
     proc = start([sys.executable, "-c", code], env, tmp_path / "worker.log")
     try:
         assert wait_until(lambda: len(job_processes(job_id)) >= 3, timeout=60)
@@ -101,7 +101,7 @@ def test_a_horse_whose_worker_is_sigkilled_stops_its_job(wenv: WorkerEnv, tmp_pa
         "LAUNCHBAY_REDIS_URL": settings.redis_url,
         "LAUNCHBAY_CANCEL_GRACE_S": str(settings.cancel_grace_s),
     }
-    code = f"from worker.main import run_worker; run_worker([{queue!r}])"
+    code = f"from worker.rq_worker import run_worker; run_worker([{queue!r}])"
     proc = start([sys.executable, "-c", code], env, tmp_path / "worker.log")
     try:
         assert wait_until(lambda: wenv.job(job_id).state == "running", timeout=60)
@@ -125,10 +125,10 @@ def test_an_attempt_taken_for_a_horse_of_a_worker_shutting_down_is_lost(wenv: Wo
     try:
         tasks.claim(job_id, 1, None, "test-worker:1")
         assert (wenv.job(job_id).state, wenv.job(job_id).worker) == ("starting", "test-worker:1")
-        supervise.request_shutdown()
+        process_tree.request_shutdown()
         tasks.run_job(job_id, 1)
     finally:
-        supervise._shutdown.clear()
+        process_tree._shutdown.clear()
         tasks.forget_claims()
         tasks.configure(None)
     job = wenv.job(job_id)
@@ -165,7 +165,7 @@ def test_workers_sharing_a_gpu_are_found_by_its_uuid_not_their_host_names(
     """Containers on bridge networks: each has a host name of its own, and each calls the GPU
     it was given `0`. Only the UUIDs in their records say whether they share one."""
     from worker.devices import DevicesTaken, WorkerDevices
-    from worker.main import LaunchbayWorker
+    from worker.rq_worker import LaunchbayWorker
 
     queue = f"test-{uuid.uuid4().hex[:8]}"
     suffix = uuid.uuid4().hex[:8]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jobs.spec import JobSpec
 from service.db import session_scope
-from service.store import create_job
+from service.records import create_job
 from tests.integration.worker.conftest import WorkerEnv
 from tests.unit.test_startup_env import PYTHON_ENV
 from worker.launch import RunPaths, build_launch

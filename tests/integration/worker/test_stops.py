@@ -8,7 +8,7 @@ import pytest
 
 from jobs.states import JobState
 from service.db import session_scope
-from service.store import transition_job
+from service.records import transition_job
 from tests.integration.worker.conftest import WorkerEnv, recorded_alive
 from tests.support.procs import job_processes, wait_until
 from worker.attempt import AttemptResult

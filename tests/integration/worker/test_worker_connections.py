@@ -11,11 +11,11 @@ from sqlalchemy import text
 from service.db import make_engine, upgrade_database
 
 # Worker contexts between jobs (one per worker process): each took an attempt (a session on
-# its engine) and made the next horse's pool, as `worker.main` does after each job; beside
+# its engine) and made the next horse's pool, as `worker.rq_worker` does after each job; beside
 # them, an engine made as the API makes its own, for comparison. Then they wait.
 IDLE_WORKERS = """
 import sys
-from service import store
+from service import records
 from service.db import make_engine, session_scope
 from service.settings import Settings
 from worker.context import WorkerContext
@@ -28,7 +28,7 @@ engines = [context.engine() for context in contexts]
 engines.append(make_engine(url + "?application_name=lb-pooled"))
 for engine in engines:
     with session_scope(engine) as session:
-        store.read_job_state(session, "no-such-job", 1)
+        records.read_job_state(session, "no-such-job", 1)
 for context in contexts:
     context.make_spare_pools()
 print("idle", flush=True)

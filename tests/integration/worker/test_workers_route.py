@@ -8,7 +8,7 @@ from redis import Redis
 from service.schemas import WorkerJob
 from service.settings import Settings
 from service.worker_records import save_worker
-from worker.main import LaunchbayWorker
+from worker.rq_worker import LaunchbayWorker
 
 
 def user_headers(api: TestClient, name: str) -> dict[str, str]:

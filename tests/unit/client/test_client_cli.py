@@ -394,9 +394,9 @@ def test_worker_command_calls_run_worker_lazily(
     api: FakeApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[dict[str, Any]] = []
-    fake = types.ModuleType("worker.main")
+    fake = types.ModuleType("worker.rq_worker")
     fake.run_worker = lambda **kwargs: calls.append(kwargs)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "worker.main", fake)
+    monkeypatch.setitem(sys.modules, "worker.rq_worker", fake)
     result = launchbay(api, "worker", "--queue", "gpu", "--queue", "cpu", "--burst", "--gpus", "1")
     assert result.exit_code == 0, result.output
     assert calls == [
@@ -434,9 +434,9 @@ def test_worker_command_refuses_bad_devices(
     api: FakeApi, monkeypatch: pytest.MonkeyPatch, args: list[str], problem: str
 ) -> None:
     calls: list[dict[str, Any]] = []
-    fake = types.ModuleType("worker.main")
+    fake = types.ModuleType("worker.rq_worker")
     fake.run_worker = lambda **kwargs: calls.append(kwargs)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "worker.main", fake)
+    monkeypatch.setitem(sys.modules, "worker.rq_worker", fake)
     result = launchbay(api, "worker", *args)
     assert result.exit_code == 2
     assert problem in " ".join(result.output.split())
@@ -451,9 +451,9 @@ def test_worker_command_exits_1_when_its_gpus_are_taken(
     def taken(**kwargs: Any) -> None:
         raise DevicesTaken("GPUs already owned on host box: 1 by worker box:7")
 
-    fake = types.ModuleType("worker.main")
+    fake = types.ModuleType("worker.rq_worker")
     fake.run_worker = taken  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "worker.main", fake)
+    monkeypatch.setitem(sys.modules, "worker.rq_worker", fake)
     result = launchbay(api, "worker", "--gpus", "1")
     assert result.exit_code == 1
     assert "error: GPUs already owned on host box: 1 by worker box:7" in result.stderr

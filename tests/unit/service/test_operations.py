@@ -8,8 +8,8 @@ import pytest
 
 from service.audit import audit_kind, outcome_of
 from service.models import RankStack
+from service.records.log_search import BadPattern, check_query, escape_like
 from service.stack_summary import summarize
-from service.store.log_search import BadPattern, check_query, escape_like
 from service.webhook_addresses import ForbiddenAddress, forbidden_reason, resolve_target
 from service.webhook_delivery import retry_delay_s, sign
 

@@ -9,7 +9,7 @@ from jobs.spec import JobSpec
 from worker import devices
 from worker.devices import WorkerDevices
 from worker.prepare import CudaInfo, LaunchProblem, check_resources, prepare_code, recipe_module
-from worker.supervise import elastic_restart_count
+from worker.process_tree import elastic_restart_count
 
 CODE_ID = "cd" * 32
 

@@ -65,8 +65,8 @@ from worker.devices import (
 )
 from worker.lifeline import die_with_parent
 from worker.orphans import stop_orphans
+from worker.process_tree import request_shutdown
 from worker.reach import check_host
-from worker.supervise import request_shutdown
 
 log = logging.getLogger(__name__)
 # How long a work loop RQ gave up (Redis away) waits before it starts again.

@@ -14,8 +14,8 @@ from sqlalchemy import update
 from sqlmodel import Session, col, select
 
 from service.models import Checkpoint, utcnow
-from service.store.lifecycle import allocate_seq, insert_event, new_id
-from service.store.webhook_outbox import enqueue_checkpoint_deliveries
+from service.records.lifecycle import allocate_seq, insert_event, new_id
+from service.records.webhook_outbox import enqueue_checkpoint_deliveries
 
 CHECKPOINT_DELETED = "checkpoint_deleted"
 

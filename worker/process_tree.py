@@ -45,7 +45,7 @@ _shutdown = threading.Event()
 def request_shutdown(signum: int | None = None, frame: object = None) -> None:
     """Ask the running supervisor to stop its job's processes and give up the attempt.
 
-    Installed as the RQ work horse's SIGTERM handler (see `worker.main`)."""
+    Installed as the RQ work horse's SIGTERM handler (see `worker.rq_worker`)."""
     _shutdown.set()
 
 

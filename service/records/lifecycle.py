@@ -31,7 +31,7 @@ from jobs.states import (
     sources_of,
 )
 from service.models import Job, JobEvent, utcnow
-from service.store.webhook_outbox import enqueue_state_deliveries
+from service.records.webhook_outbox import enqueue_state_deliveries
 
 # The job table for Core UPDATEs on the hot paths (state changes, seqs, heartbeats, progress):
 # an UPDATE of the ORM class takes SQLAlchemy's bulk-update path, which costs more than the

@@ -9,8 +9,8 @@ from sqlmodel import Session, col, select
 
 from jobs.states import ACTIVE_STATES
 from service.models import LogLine, MetricPoint
-from service.store.lifecycle import JOB_TABLE, AttemptSuperseded
-from service.store.metric_rollups import RollupPoint, add_to_rollups
+from service.records.lifecycle import JOB_TABLE, AttemptSuperseded
+from service.records.metric_rollups import RollupPoint, add_to_rollups
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from sqlmodel import Session, col, select
 
 from jobs.states import ACTIVE_STATES, ExitReason, JobState, NodeState
 from service.models import Job, JobNode, utcnow
-from service.store.lifecycle import AttemptEnd, end_attempt, lock_job, transition
+from service.records.lifecycle import AttemptEnd, end_attempt, lock_job, transition
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from sqlmodel import Session
 
 from jobs.states import ACTIVE_STATES, JobState
-from service.store.lifecycle import lock_job
+from service.records.lifecycle import lock_job
 
 MAX_WARNINGS = 20
 MAX_WARNING_CHARS = 500

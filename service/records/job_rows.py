@@ -22,14 +22,14 @@ from service.models import (
     RankStack,
     utcnow,
 )
-from service.store.lifecycle import (
+from service.records.lifecycle import (
     JOB_TABLE,
     active_at,
     insert_state_event,
     last_sign_of_life,
     new_id,
 )
-from service.store.nodes import node_key
+from service.records.nodes import node_key
 
 
 def create_job(
@@ -42,7 +42,7 @@ def create_job(
     warnings: Sequence[str] = (),
 ) -> Job:
     """A new job, `queued`, with the `warnings` said at its submission (committed; bounded by
-    the caller, `service.store.job_warnings.merge_warnings`)."""
+    the caller, `service.records.job_warnings.merge_warnings`)."""
     job = Job(
         id=new_id(),
         name=spec.name,

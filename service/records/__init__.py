@@ -1,9 +1,12 @@
-"""Reads and writes of jobs and what they produce, shared by the service and the worker.
+"""The job records in the database: reads and writes of jobs and what they produce, shared by
+the service and the worker. (The artifact store is `service.artifacts`; uploaded code,
+`service.code_store`.)
 
 One module per concern, each above the lifecycle core it builds on:
 
     stream       a job's live stream (everything it recorded, in seq order)
-    stacks       ranks' stacks and the request for them; whether a stream watches the job
+    signals      what a supervisor reads besides the state: the request for the ranks'
+                 stacks (and the stacks), whether a stream watches the job
     log_search   log lines that contain a text or match a pattern, time-bounded
     webhook_outbox  the webhook deliveries a job's events make (below lifecycle)
     checkpoints  the checkpoint registry (register, list, retire)
@@ -13,15 +16,15 @@ One module per concern, each above the lifecycle core it builds on:
     nodes        the nodes of a multi-node attempt
     lifecycle    moves between states, retries, the end of an attempt, seq allocation
 
-Callers import from `service.store`; the names below are its interface.
+Callers import from `service.records`; the names below are its interface.
 """
 
-from service.store.checkpoints import (
+from service.records.checkpoints import (
     delete_checkpoints,
     list_checkpoints,
     register_checkpoint,
 )
-from service.store.job_rows import (
+from service.records.job_rows import (
     PENDING_REASON_MAX,
     QueuedShown,
     create_job,
@@ -36,8 +39,8 @@ from service.store.job_rows import (
     show_queued,
     touch_job_heartbeat,
 )
-from service.store.job_warnings import add_job_warnings
-from service.store.lifecycle import (
+from service.records.job_warnings import add_job_warnings
+from service.records.lifecycle import (
     JOB_TABLE,
     AttemptEnd,
     AttemptSuperseded,
@@ -52,13 +55,13 @@ from service.store.lifecycle import (
     take_job,
     transition_job,
 )
-from service.store.metric_rollups import (
+from service.records.metric_rollups import (
     delete_rollups,
     downsample,
     metric_extremes,
     metric_names,
 )
-from service.store.nodes import (
+from service.records.nodes import (
     NodeSeat,
     announce_node_failure,
     find_lost_nodes,
@@ -67,7 +70,7 @@ from service.store.nodes import (
     list_nodes,
     mark_node_running,
 )
-from service.store.outputs import (
+from service.records.outputs import (
     NewLogLine,
     NewMetricPoint,
     append_log_lines,
@@ -76,14 +79,14 @@ from service.store.outputs import (
     list_log_lines,
     list_metric_points,
 )
-from service.store.stacks import (
+from service.records.signals import (
     JobSignals,
     NewRankStack,
     mark_watched,
     read_job_signals,
     record_stacks,
 )
-from service.store.stream import StreamRead, StreamRow, list_job_events, read_stream
+from service.records.stream import StreamRead, StreamRow, list_job_events, read_stream
 
 __all__ = [
     "JOB_TABLE",
