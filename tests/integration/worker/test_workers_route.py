@@ -22,11 +22,12 @@ def test_workers_with_their_queues_devices_heartbeat_and_job(
 ) -> None:
     redis = Redis.from_url(settings.redis_url)
     assert api.get("/v1/workers").json() == {"items": []}
+    # Submitted before the workers are live (a live worker of one CPU slot would refuse it).
+    mine = api.post("/v1/jobs", json={"name": "x", "recipe": "synthetic"}).json()["id"]
     idle = LaunchbayWorker(["default", "gpu"], connection=redis, name="host:1")
     idle.save_record()
     busy = LaunchbayWorker(["default"], connection=redis, name="host:2")
     busy.devices = ["0", "1"]
-    mine = api.post("/v1/jobs", json={"name": "x", "recipe": "synthetic"}).json()["id"]
     busy.current = WorkerJob(id=mine, attempt=2)
     busy.save_record()
 
