@@ -35,7 +35,7 @@ from pathlib import Path
 import psutil
 
 from bench.common import Result
-from bench.d1_demo import fresh_clone
+from bench.d1_demo import fresh_clone, timed
 from devstack.procs import free_port
 
 JOB_USER_PREFIX = "lbwalk-"
@@ -102,15 +102,6 @@ def newcomer_env(root: Path) -> dict[str, str]:
     return env
 
 
-def run_timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
-    started = time.monotonic()
-    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-    took = time.monotonic() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    return took, done.stdout + done.stderr
-
-
 def start_kept_stack(clone: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], str, str]:
     """`scripts/demo.sh --keep` in a session of its own, until it prints the export line."""
     demo = subprocess.Popen(
@@ -168,7 +159,7 @@ def walk_once(root: Path, name: str) -> tuple[Walk, list[str]]:
     clone = fresh_clone(root / name)
     walk.step("git clone <launchbay> launchbay", time.monotonic() - started)
     walk.step("cd launchbay")
-    took, _ = run_timed(["scripts/demo.sh"], clone, env)
+    took, _ = timed(["scripts/demo.sh"], clone, env)
     walk.step("scripts/demo.sh", took)
     env["LAUNCHBAY_DEMO_PORT"] = str(free_port())
     started = time.monotonic()
@@ -185,7 +176,7 @@ def walk_once(root: Path, name: str) -> tuple[Walk, list[str]]:
         (own / "train.py").write_text(OWN_SCRIPT)
         walk.step("cd ~/src/mnist-ddp")
         argv = ["launchbay", "run", "--nproc-per-node", "2", "--"]
-        took, said = run_timed([*argv, "python", "train.py", "--epochs", "3"], own, shell)
+        took, said = timed([*argv, "python", "train.py", "--epochs", "3"], own, shell)
         if "succeeded (completed)" not in said:
             raise RuntimeError(f"the newcomer's own script did not succeed:\n{said[-3000:]}")
         walk.step(" ".join(argv) + " python train.py --epochs 3", took)

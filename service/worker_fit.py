@@ -30,7 +30,7 @@ from jobs.spec import JobSpec
 from service.errors import Unprocessable
 from service.records.job_warnings import merge_warnings
 from service.schemas import WorkerRecord
-from service.worker_records import WORKER_KEY_PATTERN
+from service.worker_records import stored_worker_records
 
 log = logging.getLogger("launchbay.api")
 
@@ -51,11 +51,8 @@ class LiveWorkers:
 def read_live_workers(redis: Redis, queue: str) -> LiveWorkers:
     """The records of the live workers that serve `queue`; a damaged record counts as unknown
     unless it plainly names its queues and `queue` is not among them."""
-    keys = sorted(redis.scan_iter(match=WORKER_KEY_PATTERN, count=500))
     found = LiveWorkers()
-    for raw in redis.mget(keys) if keys else []:
-        if raw is None:
-            continue  # expired between the scan and the read
+    for raw in stored_worker_records(redis):
         try:
             record = json.loads(raw)
         except ValueError:

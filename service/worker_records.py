@@ -40,13 +40,17 @@ def delete_worker_record(redis: Redis, name: str) -> None:
     redis.delete(worker_key(name))
 
 
+def stored_worker_records(redis: Redis) -> list[bytes | str]:
+    """The stored record of every worker whose heartbeat has not expired, by name, unread."""
+    keys = sorted(redis.scan_iter(match=WORKER_KEY_PATTERN, count=500))
+    # None: expired between the scan and the read.
+    return [raw for raw in (redis.mget(keys) if keys else []) if raw is not None]
+
+
 def read_worker_records(redis: Redis) -> list[dict[str, Any]]:
     """The records of every worker whose heartbeat has not expired, by name, as stored."""
-    keys = sorted(redis.scan_iter(match=WORKER_KEY_PATTERN, count=500))
     records = []
-    for raw in redis.mget(keys) if keys else []:
-        if raw is None:
-            continue  # expired between the scan and the read
+    for raw in stored_worker_records(redis):
         try:
             record = json.loads(raw)
         except ValueError:
