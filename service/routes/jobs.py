@@ -23,14 +23,13 @@ from service.deps import (
     SettingsDep,
 )
 from service.errors import (
-    BadRequest,
     Conflict,
-    Forbidden,
     InvalidTransition,
     ServiceUnavailable,
 )
 from service.executors.base import ExecutorUnavailable
 from service.models import Job
+from service.routes.job_filters import JobFiltersDep
 from service.scheduling.submission import check_schedulable
 from service.schemas import JobPublic, JobsPublic
 from service.worker_fit import check_worker_fit
@@ -125,52 +124,17 @@ def _replay(existing: Job, request_hash: str, response: Response) -> JobPublic:
 @router.get("", response_model=JobsPublic)
 def list_jobs(
     session: SessionDep,
-    principal: CurrentPrincipal,
     settings: SettingsDep,
-    state: JobState | None = None,
+    filters: JobFiltersDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
-    name: Annotated[str | None, Query(max_length=128, description="Only jobs so named.")] = None,
-    name_contains: Annotated[
-        str | None,
-        Query(max_length=128, description="Only jobs whose name contains this text (any case)."),
-    ] = None,
-    tag: Annotated[
-        list[str] | None,
-        Query(max_length=300, description="Only jobs with this tag, `key=value` (repeatable)."),
-    ] = None,
-    owner: Annotated[
-        str | None, Query(max_length=128, description="Only this owner's jobs (admin only).")
-    ] = None,
 ) -> JobsPublic:
-    if owner is not None and not principal.is_admin and owner != principal.name:
-        raise Forbidden("only an admin lists the jobs of other owners", detail={"owner": owner})
-    if not principal.is_admin:
-        owner = principal.name
-    rows, total, estimated = records.list_jobs(
-        session,
-        owner=owner,
-        state=state,
-        limit=limit,
-        offset=offset,
-        name=name,
-        tags=[parse_tag(item) for item in tag or []],
-        count_limit=settings.job_count_exact_limit,
-        name_contains=name_contains,
-    )
+    rows, total, estimated = filters.page(session, settings, limit, offset)
     return JobsPublic(
         items=[JobPublic.model_validate(j) for j in rows],
         total=total,
         total_is_estimate=estimated,
     )
-
-
-def parse_tag(item: str) -> tuple[str, str]:
-    """A `tag` filter, `key=value`."""
-    key, sep, value = item.partition("=")
-    if not sep or not key:
-        raise BadRequest(f"tag {item!r} is not key=value", detail={"tag": item})
-    return key, value
 
 
 @router.get("/{job_id}", response_model=JobPublic)

@@ -7,12 +7,10 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from jobs.states import JobState
 from service import records
-from service.deps import CurrentPrincipal, SessionDep, SettingsDep
-from service.errors import Forbidden
+from service.deps import SessionDep, SettingsDep
 from service.models import Job
-from service.routes.jobs import parse_tag
+from service.routes.job_filters import JobFiltersDep
 from service.schemas import JobPublic, MetricSummary, RunPublic, RunsPublic
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
@@ -21,42 +19,15 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"])
 @router.get("", response_model=RunsPublic)
 def list_runs(
     session: SessionDep,
-    principal: CurrentPrincipal,
     settings: SettingsDep,
-    state: JobState | None = None,
+    filters: JobFiltersDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
-    name: Annotated[str | None, Query(max_length=128, description="Only jobs so named.")] = None,
-    name_contains: Annotated[
-        str | None,
-        Query(max_length=128, description="Only jobs whose name contains this text (any case)."),
-    ] = None,
-    tag: Annotated[
-        list[str] | None,
-        Query(max_length=300, description="Only jobs with this tag, `key=value` (repeatable)."),
-    ] = None,
-    owner: Annotated[
-        str | None, Query(max_length=128, description="Only this owner's jobs (admin only).")
-    ] = None,
 ) -> RunsPublic:
     """The jobs `GET /v1/jobs` lists with the same filters, newest first, each with its
     metrics summed up: two queries per page (the jobs, then every metric's extremes of all of
     them from the coarsest rollups), however many jobs and points."""
-    if owner is not None and not principal.is_admin and owner != principal.name:
-        raise Forbidden("only an admin lists the jobs of other owners", detail={"owner": owner})
-    if not principal.is_admin:
-        owner = principal.name
-    rows, total, estimated = records.list_jobs(
-        session,
-        owner=owner,
-        state=state,
-        limit=limit,
-        offset=offset,
-        name=name,
-        tags=[parse_tag(item) for item in tag or []],
-        count_limit=settings.job_count_exact_limit,
-        name_contains=name_contains,
-    )
+    rows, total, estimated = filters.page(session, settings, limit, offset)
     extremes = records.metric_extremes(session, [job.id for job in rows])
     return RunsPublic(
         items=[
