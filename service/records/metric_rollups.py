@@ -23,6 +23,9 @@ from sqlmodel import Session, col, select
 from service.models import MetricPoint, MetricRollup
 
 WIDTHS = tuple(64 * 4**k for k in range(9))  # 64 … 4,194,304 seqs
+# A range of fewer than this many seqs per point asked is downsampled from its points, not the
+# rollups (whose finest buckets would give it fewer points than asked): at most 8 rows a point.
+SCAN_SPAN = 8
 POINT_COLUMNS = tuple(
     getattr(MetricPoint, name)
     for name in ("seq", "step", "epoch", "name", "value", "ts", "attempt")
@@ -137,15 +140,23 @@ def metric_names(session: Session, job_id: str) -> list[str]:
 
 
 def downsample(
-    session: Session, job_id: str, name: str, *, last_seq: int, max_points: int
+    session: Session,
+    job_id: str,
+    name: str,
+    *,
+    last_seq: int,
+    max_points: int,
+    after: int = 0,
 ) -> list[Row[Any]] | list[ChartPoint]:
-    """At most `max_points` points of one metric with seq ≤ `last_seq`, in seq order: every
-    point if there are that few, else each bucket's minimum and maximum. Rows of
+    """At most `max_points` points of one metric with `after` < seq ≤ `last_seq`, in seq order:
+    every point if there are that few, else each bucket's minimum and maximum (a zoomed chart
+    asks for its range: buckets of that range, finer than the whole series'). Rows of
     `POINT_COLUMNS`, not ORM objects: a chart has thousands of points, and an ORM object
     costs tens of microseconds to make."""
     series = (
         MetricPoint.job_id == job_id,
         MetricPoint.name == name,
+        col(MetricPoint.seq) > after,
         col(MetricPoint.seq) <= last_seq,
     )
     base = select(*POINT_COLUMNS).where(*series)
@@ -154,21 +165,30 @@ def downsample(
     if session.exec(select(func.count()).select_from(head)).one() <= max_points:
         return list(session.execute(base.order_by(col(MetricPoint.seq))).all())
     buckets = max(1, max_points // 2)
+    first, last = (after + 1, last_seq)
+    if last - first < SCAN_SPAN * max_points:
+        # A range narrower than the finest rollups resolve (a deep zoom): its few points.
+        return _downsample_scan(session, base, (first, last), buckets)
     # The finest width with at most twice the buckets wanted, merged below to `buckets`.
-    width = next((w for w in WIDTHS if last_seq // w + 1 <= 2 * buckets), WIDTHS[-1])
+    width = next((w for w in WIDTHS if last // w - first // w + 1 <= 2 * buckets), WIDTHS[-1])
     stmt = select(*ROLLUP_EXTREMES).where(
-        MetricRollup.job_id == job_id, MetricRollup.width == width, MetricRollup.name == name
+        MetricRollup.job_id == job_id,
+        MetricRollup.width == width,
+        MetricRollup.name == name,
+        col(MetricRollup.bucket) >= first // width,
+        col(MetricRollup.bucket) <= last // width,
     )
     rows = session.execute(stmt.order_by(col(MetricRollup.bucket))).all()
     if not rows:  # points written before rollups were kept: bucket them here
-        return _downsample_scan(session, base, last_seq, buckets)
+        return _downsample_scan(session, base, (first, last), buckets)
     step = -(-len(rows) // buckets)
     chosen: dict[int, ChartPoint] = {}
     for start in range(0, len(rows), step):
         group = rows[start : start + step]
-        # Extremes written after `last_seq` was read are left out (the stream brings them).
-        lows = [e for e in (_point(r[:6], name) for r in group) if e.seq <= last_seq]
-        highs = [e for e in (_point(r[6:], name) for r in group) if e.seq <= last_seq]
+        # Extremes outside the range are left out: written after `last_seq` was read (the
+        # stream brings them), or in an edge bucket's part before the range.
+        lows = [e for e in (_point(r[:6], name) for r in group) if first <= e.seq <= last]
+        highs = [e for e in (_point(r[6:], name) for r in group) if first <= e.seq <= last]
         if lows:
             low = min(lows, key=lambda p: (p.value, p.seq))
             chosen[low.seq] = low
@@ -184,12 +204,15 @@ def _point(extreme: Sequence[Any], name: str) -> ChartPoint:
     return ChartPoint(seq, step, epoch, name, value, ts, attempt)
 
 
-def _downsample_scan(session: Session, base: Any, last_seq: int, buckets: int) -> list[Row[Any]]:
+def _downsample_scan(
+    session: Session, base: Any, seqs: tuple[int, int], buckets: int
+) -> list[Row[Any]]:
     """The same answer read from every point (for points stored without rollups)."""
-    width = last_seq // buckets + 1
+    first, last = seqs
+    width = (last - first) // buckets + 1
     chosen: dict[int, tuple[Row[Any], Row[Any]]] = {}
     for point in session.execute(base.order_by(col(MetricPoint.seq))):
-        bucket = point.seq // width
+        bucket = (point.seq - first) // width
         low, high = chosen.get(bucket, (point, point))
         chosen[bucket] = (
             point if point.value < low.value else low,

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Response
 from service import records
 from service.deps import MAX_SEQ, OwnedJob, SessionDep
 from service.errors import BadRequest
+from service.models import Job
 from service.schemas import MetricPointPublic, MetricsPublic
 
 router = APIRouter(prefix="/v1/jobs", tags=["metrics"])
@@ -27,15 +28,22 @@ def get_metrics(
             ge=2,
             le=10_000,
             description="At most this many points per name, downsampled on the server: each "
-            "bucket's smallest and largest point. `next_after` is then the job's seq when read: "
-            "follow its events from there.",
+            "bucket's smallest and largest point, of the seqs after `after` and up to `until` "
+            "(a chart's zoomed range). `next_after` is then the job's seq when read: follow "
+            "its events from there.",
         ),
+    ] = None,
+    until: Annotated[
+        int | None,
+        Query(ge=0, le=MAX_SEQ, description="With `max_points`: the last seq of the range."),
     ] = None,
 ) -> MetricsPublic | Response:
     if max_points is not None:
-        if after:
-            raise BadRequest("max_points reads the whole series; it takes no `after`")
-        return _downsampled(session, job.id, name, job.last_seq, max_points)
+        if until is not None and until <= after:
+            raise BadRequest(f"`until` ({until}) must be after `after` ({after})")
+        return _downsampled(session, job, name, after, until, max_points)
+    if until is not None:
+        raise BadRequest("`until` bounds a downsampled range: it takes `max_points`")
     rows = records.list_metric_points(session, job.id, name=name, after=after, limit=limit)
     return MetricsPublic(
         items=[MetricPointPublic.from_row(r) for r in rows],
@@ -44,14 +52,22 @@ def get_metrics(
 
 
 def _downsampled(
-    session: SessionDep, job_id: str, name: str | None, last_seq: int, max_points: int
+    session: SessionDep,
+    job: Job,
+    name: str | None,
+    after: int,
+    until: int | None,
+    max_points: int,
 ) -> Response:
     """Encoded here, in `MetricsPublic`'s shape: a page of charts holds thousands of points,
     and validating each through the response model cost more than reading it (F4)."""
-    names = [name] if name is not None else records.metric_names(session, job_id)
+    last_seq = job.last_seq if until is None else min(until, job.last_seq)
+    names = [name] if name is not None else records.metric_names(session, job.id)
     rows: list[Any] = []  # rows of `POINT_COLUMNS`, unpacked below
     for each in names:
-        rows += records.downsample(session, job_id, each, last_seq=last_seq, max_points=max_points)
+        rows += records.downsample(
+            session, job.id, each, after=after, last_seq=last_seq, max_points=max_points
+        )
     rows.sort(key=lambda row: row.seq)
     items = ",".join(
         _POINT.format(
@@ -59,7 +75,7 @@ def _downsampled(
         )
         for seq, step, epoch, name, value, ts, n in rows
     )
-    body = f'{{"items":[{items}],"next_after":{last_seq}}}'
+    body = f'{{"items":[{items}],"next_after":{job.last_seq}}}'
     return Response(body, media_type="application/json")
 
 

@@ -306,3 +306,71 @@ def test_a_days_runs_read_at_a_glance(sqlite_stack: Stack, browser: "WebDriver")
         save_screenshot(driver, shot)
         assert no_horizontal_overflow(driver), f"{page} is wider than 800 px"
     assert severe_console_entries(driver) == []
+
+
+LONG_STEPS = 30_000
+
+
+def test_a_long_jobs_chart_zoomed_and_panned_reads_its_range_finer(
+    sqlite_stack: Stack, browser: "WebDriver"
+) -> None:
+    """A job of 30,000 steps: its page reads a downsampled chart (at most 1,000 points); a drag
+    zooms into a few hundred steps and, once settled, the range's own points are read (every
+    one of them: the whole chart showed a few dozen there); shift + wheel pans the zoomed range
+    and reads the new one; streamed or read, the zoom stays."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    engine = make_engine(sqlite_stack.database_url)
+    try:
+        with Session(engine, expire_on_commit=False) as session:
+            job = records.create_job(session, _spec("long-zoom", 0.1), owner="")
+            records.transition_job(session, job.id, JobState.STARTING, attempt=1)
+            records.transition_job(session, job.id, JobState.RUNNING, attempt=1)
+            start = time.time() - LONG_STEPS
+            for first in range(1, LONG_STEPS + 1, 5000):
+                points = [
+                    records.NewMetricPoint(s, 0, "loss", 1 / s + (s % 7) * 1e-3, start + s)
+                    for s in range(first, first + 5000)
+                ]
+                records.append_metric_points(session, job.id, 1, points)
+    finally:
+        engine.dispose()
+    driver = browser
+    driver.set_window_size(1400, 1000)
+    sign_in(driver, sqlite_stack, sqlite_stack.admin_token)
+    wait("the jobs list", lambda: text_of(driver, f"#jobs-body tr[data-job-id='{job.id}']"))
+    driver.get(f"{sqlite_stack.url}/#/jobs/{job.id}")
+    shown = int(wait("the loss chart", lambda: _chart(driver, "loss", "points")))
+    assert 500 <= shown <= 1000, shown
+    plot = driver.find_element(By.CSS_SELECTOR, "#charts .chart[data-metric=loss] .u-over")
+    width = plot.size["width"]
+    # Drag across 2 % of the chart, a third of the way in (about 600 steps).
+    ActionChains(driver).move_to_element_with_offset(
+        plot, -width // 6, 0
+    ).click_and_hold().move_by_offset(width // 50, 0).release().perform()
+    zoom = wait("a zoom", lambda: _chart(driver, "loss", "zoom"))
+    low, high = (float(x) for x in zoom.split(":"))
+    assert 0 < high - low < LONG_STEPS / 20, zoom
+    filled = wait("the zoomed range read", lambda: _chart(driver, "loss", "filled"))
+    points = int(_chart(driver, "loss", "points"))
+    assert points >= shown + (high - low) * 0.9, (shown, points, zoom)  # each step of the range
+    reads = js(
+        driver,
+        "return performance.getEntriesByType('resource').map(e => e.name)"
+        ".filter(n => n.includes('/metrics') && n.includes('until='))",
+    )
+    assert len(reads) == 1 and "max_points=1000" in reads[0], reads
+    # Shift + wheel: a tenth of the range to the right, then that range's points.
+    js(
+        driver,
+        "arguments[0].dispatchEvent(new WheelEvent('wheel', "
+        "{deltaY: 100, shiftKey: true, bubbles: true, cancelable: true}))",
+        plot,
+    )
+    moved = wait("a pan", lambda: (z := _chart(driver, "loss", "zoom")) != zoom and z)
+    new_low, new_high = (float(x) for x in moved.split(":"))
+    assert new_low > low and abs((new_high - new_low) - (high - low)) < 1e-6 * high, moved
+    wait("the panned range read", lambda: _chart(driver, "loss", "filled") not in (None, filled))
+    assert _chart(driver, "loss", "zoom") == moved  # the read kept the zoom
+    assert not severe_console_entries(driver)

@@ -67,6 +67,49 @@ def test_metrics_downsampled_keep_every_spike_and_at_most_max_points(
     assert len(whole.json()["items"]) == 1500
 
 
+def test_a_zoomed_range_is_downsampled_finer_than_the_whole_series(
+    api: TestClient, engine: Engine
+) -> None:
+    """`after` and `until` with `max_points` (a chart zoomed to a range): only points of the
+    range, at most max_points, the range's spikes kept, and far denser than the whole series'
+    chart there; from the rollups for a wide range, from the points for a narrow one."""
+    job_id = running_job(engine)
+    write_series(engine, job_id, steps=6000, spike_at=4321)
+    url = f"/v1/jobs/{job_id}/metrics"
+    whole = api.get(url, params={"name": "loss", "max_points": 100}).json()["items"]
+    with Session(engine) as session:
+        last_seq = session.get_one(Job, job_id).last_seq
+        spike = session.exec(
+            select(MetricPoint.seq).where(MetricPoint.job_id == job_id, MetricPoint.value == 50.0)
+        ).one()
+    for span in (3000, 600):  # seqs: rollups of 64 seqs, then the points themselves
+        first, last = spike - span // 2, spike + span // 2
+        shown = [p for p in whole if first < p["seq"] <= last]
+        params = {"name": "loss", "max_points": 100, "after": first, "until": last}
+        body = api.get(url, params=params).json()
+        zoomed = body["items"]
+        assert all(first < p["seq"] <= last for p in zoomed)
+        assert 40 <= len(zoomed) <= 100 and len(zoomed) > 4 * len(shown), (span, len(shown))
+        assert {50.0, -50.0} <= {p["value"] for p in zoomed}
+        assert body["next_after"] == last_seq  # follow the stream from the job's end
+        with Session(engine) as session:
+            chart = downsample(session, job_id, "loss", after=first, last_seq=last, max_points=100)
+            assert [p.seq for p in chart] == [p["seq"] for p in zoomed]
+            session.execute(MetricRollup.__table__.delete())  # type: ignore[attr-defined]
+            scanned = downsample(
+                session, job_id, "loss", after=first, last_seq=last, max_points=100
+            )
+            assert all(first < p.seq <= last for p in scanned) and len(scanned) <= 100
+            assert {50.0, -50.0} <= {p.value for p in scanned}
+            session.rollback()
+    # A range that fits is answered whole; a range past the job's end is empty.
+    params = {"name": "loss", "max_points": 100, "after": spike, "until": spike + 40}
+    seqs = [p["seq"] for p in api.get(url, params=params).json()["items"]]
+    assert len(seqs) == 20 and all(spike < seq <= spike + 40 for seq in seqs)  # loss, lr, ...
+    past = api.get(url, params={"max_points": 100, "after": 10**9, "until": 10**9 + 1})
+    assert past.json()["items"] == []
+
+
 def test_rollups_answer_as_a_scan_of_every_point_would(engine: Engine) -> None:
     """The rollups kept as points are written give the extremes a full scan finds."""
     job_id = running_job(engine)
@@ -160,8 +203,10 @@ BAD_MAX_POINTS: list[tuple[dict[str, Any], int]] = [
     ({"max_points": 1}, 422),
     ({"max_points": 10_001}, 422),
     ({"max_points": "lots"}, 422),
-    ({"max_points": 10, "after": 5}, 400),
     ({"max_points": 2**63}, 422),
+    ({"max_points": 10, "after": 5, "until": 5}, 400),
+    ({"max_points": 10, "until": -1}, 422),
+    ({"until": 5}, 400),
 ]
 
 

@@ -78,17 +78,22 @@ export function ema(values, weight) {
   });
 }
 
+// A point's x on the axis the settings choose (`line.t0` or the page's `t0` for relative time).
+export function xOfPoint(settings, t0) {
+  return {
+    step: (p) => p.step,
+    wall: (p) => p.ts,
+    relative: (p, line) => p.ts - (line.t0 ?? t0),
+  }[settings.x];
+}
+
 // Lines ({label, color, dash, t0?, points: [{step, ts, value}] in step order}) on one x axis, as
 // uPlot's data and series. With smoothing, each line is drawn twice: raw (faint, not in the
 // legend) and smoothed. `meta` gives each x's step and time for the hover read-out.
 export function plotData(lines, settings, t0) {
   // Relative time starts at the line's own `t0` where it has one (each run of a compare
   // page), else at the page's.
-  const xOf = {
-    step: (p) => p.step,
-    wall: (p) => p.ts,
-    relative: (p, line) => p.ts - (line.t0 ?? t0),
-  }[settings.x];
+  const xOf = xOfPoint(settings, t0);
   const meta = new Map();
   for (const line of lines) {
     for (const p of line.points) {

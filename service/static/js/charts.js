@@ -2,22 +2,28 @@
 // most once a frame, drawn as the page's `ChartSettings` say.
 
 import uPlot from "../vendor/uplot/uPlot.esm.js";
-import { plotData, xAxis } from "./chart-settings.js";
+import { plotData, xAxis, xOfPoint } from "./chart-settings.js";
 import { formatNumber, h } from "./dom.js";
 
 export const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f"];
 export const HEIGHT = 200;
+const SETTLE_MS = 250; // a zoom or pan this long still reads its range's points
+const PAN_FRACTION = 0.1; // of the chart's width, per wheel notch
 export const AXIS = { stroke: "#475569", grid: { stroke: "#e2e8f0", width: 1 }, ticks: { stroke: "#cbd5e1" } };
 
 // Each run of the job is a line of its own: an attempt (a retry that resumes from a checkpoint
 // reports its steps again) and, within an attempt, each elastic restart (the restart event's
 // seq divides the attempt's points); later attempts are dashed. A chart can overlay other
 // metrics of the job (its caption's "overlay" menu). The legend, live, is the hover read-out:
-// step, time and each line's value under the cursor.
+// step, time and each line's value under the cursor. Drag zooms into a range of x (double
+// click resets), shift + wheel pans a zoomed chart; once a zoom or pan settles, `loadRange`
+// (name, after, until) → points, when given, brings the range's points at the chart's
+// resolution (the page's first read is downsampled over the whole job).
 export class MetricCharts {
-  constructor(container, settings) {
+  constructor(container, settings, { loadRange } = {}) {
     this.container = container;
     this.settings = settings;
+    this.loadRange = loadRange;
     this.metrics = new Map();
     this.restarts = new Map(); // attempt -> seqs of its restart events
     this.t0 = Infinity; // the time of the job's first point: relative time starts there
@@ -55,7 +61,7 @@ export class MetricCharts {
       metric.rebuild = true; // a new series: the chart is made again
     }
     const step = point.step ?? point.seq;
-    line.byStep.set(step, { step, ts: point.ts, value: point.value });
+    line.byStep.set(step, { step, ts: point.ts, value: point.value, seq: point.seq });
     if (point.ts < this.t0) {
       this.t0 = point.ts;
       if (this.settings.x === "relative") for (const other of this.metrics.values()) other.dirty = true;
@@ -79,7 +85,8 @@ export class MetricCharts {
       h("figcaption", {}, h("span", { class: "chart-name" }, name), overlay, value),
       plot,
     );
-    const metric = { name, runs: new Map(), overlays: [], card, plot, value, overlay, chart: null };
+    const metric = { name, runs: new Map(), overlays: [], card, plot, value, overlay, chart: null, zoom: null };
+    plot.addEventListener("wheel", (event) => this.pan(metric, event), { passive: false });
     metric.color = COLORS[this.metrics.size % COLORS.length];
     this.metrics.set(name, metric);
     const order = [...this.metrics.keys()].sort(byName);
@@ -150,10 +157,12 @@ export class MetricCharts {
       const plot = plotData(lines, this.settings, Number.isFinite(this.t0) ? this.t0 : 0);
       if (metric.rebuild || !metric.chart) {
         metric.chart?.destroy();
-        metric.chart = new uPlot(options(plot, this.settings, this.width(metric)), plot.data, metric.plot);
+        const hooks = { setScale: [(u, key) => key === "x" && this.zoomed(metric, u)] };
+        metric.zoom = null;
+        metric.chart = new uPlot(options(plot, this.settings, this.width(metric), { hooks }), plot.data, metric.plot);
         hideRawInLegend(metric.chart, plot.raw);
         metric.rebuild = false;
-      } else metric.chart.setData(plot.data);
+      } else metric.chart.setData(plot.data, !metric.zoom); // a zoomed chart keeps its range
       metric.value.textContent = formatNumber(metric.latest);
       metric.card.dataset.points = String(Math.max(...[...metric.runs.values()].map((run) => run.byStep.size)));
       metric.card.dataset.runs = String(metric.runs.size);
@@ -162,6 +171,53 @@ export class MetricCharts {
       metric.card.dataset.drawn = `${this.settings.x}/${this.settings.y}/${this.settings.smoothing}`;
     }
     for (const metric of this.metrics.values()) metric.dirty = false;
+  }
+
+  // The x range the chart shows, when narrower than its data's (a zoom or a pan); once it has
+  // settled for a moment, its points at the chart's resolution.
+  zoomed(metric, u) {
+    const xs = u.data[0];
+    const { min, max } = u.scales.x;
+    metric.zoom = xs.length && (min > xs[0] || max < xs[xs.length - 1]) ? { min, max } : null;
+    metric.card.dataset.zoom = metric.zoom ? `${min}:${max}` : "";
+    clearTimeout(metric.settle);
+    if (metric.zoom && this.loadRange) metric.settle = setTimeout(() => this.fill(metric), SETTLE_MS);
+  }
+
+  // Shift + wheel (or a sideways wheel) moves a zoomed chart's range by a part of its width.
+  pan(metric, event) {
+    const sideways = Math.abs(event.deltaX) > Math.abs(event.deltaY);
+    if (!metric.zoom || !metric.chart || !(event.shiftKey || sideways)) return;
+    event.preventDefault();
+    const { min, max } = metric.zoom;
+    const delta = ((sideways ? event.deltaX : event.deltaY) > 0 ? 1 : -1) * (max - min) * PAN_FRACTION;
+    metric.chart.setScale("x", { min: min + delta, max: max + delta });
+  }
+
+  // The points of the zoomed range, read again finer: the seqs from each line's last point
+  // before the range to its first after it (every point of the range lies between).
+  async fill(metric) {
+    const { min, max } = metric.zoom || {};
+    if (min === undefined) return;
+    const xOf = xOfPoint(this.settings, Number.isFinite(this.t0) ? this.t0 : 0);
+    let after = Infinity;
+    let until = -Infinity;
+    for (const line of this.linesOf(metric)) {
+      const xs = line.points.map((p) => xOf(p, line));
+      const first = xs.findIndex((x) => x >= min);
+      if (first < 0) continue;
+      let last = xs.findLastIndex((x) => x <= max);
+      if (last < first) last = first; // no point inside: the two around the range
+      after = Math.min(after, line.points[Math.max(0, first - 1)].seq - 1);
+      until = Math.max(until, line.points[Math.min(xs.length - 1, last + 1)].seq);
+    }
+    const key = `${after}:${until}`;
+    if (!(until > after) || metric.filled === key) return;
+    metric.filled = key;
+    for (const name of [metric.name, ...metric.overlays]) {
+      for (const point of await this.loadRange(name, Math.max(0, after), until)) this.add(point);
+    }
+    metric.card.dataset.filled = key;
   }
 
   width(metric) {

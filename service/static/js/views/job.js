@@ -79,7 +79,10 @@ export async function renderJob(ctx) {
     ),
   );
 
-  const metricCharts = new MetricCharts(charts, chartSettings);
+  const metricCharts = new MetricCharts(charts, chartSettings, {
+    loadRange: async (name, after, until) =>
+      (await api.listMetrics(id, { name, max_points: CHART_POINTS, after, until }, ctx.signal)).items,
+  });
   const logs = new LogViewer(logBox);
   const checkpoints = new CheckpointTable(checkpointBox, job);
   const stacks = new StacksPanel(stacksBox, id);
