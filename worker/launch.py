@@ -163,6 +163,7 @@ class LaunchPlan:
     torchelastic_dir: Path | None = None
 
 
+# long: every part of a launch meets here, in the order of precedence its docstring gives
 def build_launch(
     spec: JobSpec,
     *,

@@ -72,6 +72,7 @@ CANCEL_CHECK_S = 0.5
 class AttemptMonitor:
     """Runs one launch plan to its end (see the module docstring)."""
 
+    # long: the attempt's parts, each made once, read best in one place
     def __init__(
         self,
         engine: Engine,
@@ -91,11 +92,9 @@ class AttemptMonitor:
     ) -> None:
         """`rendezvous` (with `announce`) for a node of a multi-node job: `announce` is called
         with the outcome of a failing stop before the processes are stopped, so the attempt
-        ends with this cause rather than with what the other nodes' ranks see next. `launch`:
-        the path the spec and the worker allow (`worker.launch_path`), from `warm_pool`."""
-        self.launch, self.warm_pool = launch, warm_pool
+        ends with this cause rather than with what the other nodes' ranks see next."""
         self.engine, self.settings = engine, settings
-        self.job_user = job_user
+        self.job_user, self.launch, self.warm_pool = job_user, launch, warm_pool
         self.heartbeat = heartbeat
         self.ref, self.spec = ref, spec
         self.job_id, self.attempt = ref.job_id, ref.attempt

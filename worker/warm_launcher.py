@@ -17,7 +17,6 @@ closing: its supervisor died) stop the ranks: SIGTERM, then SIGKILL after `STOP_
 Loaded by path by the fork server (standard library only, like `rank_main.py`).
 """
 
-import ctypes
 import json
 import os
 import resource
@@ -36,20 +35,8 @@ LAUNCHER_PID_ENV = "LAUNCHBAY_LAUNCHER_PID"
 LOCALHOST = "127.0.0.1"
 STOP_GRACE_S = 30.0  # torchrun's own, before it SIGKILLs what its SIGTERM left
 POLL_S = 0.1  # torchrun's monitor interval
-PR_SET_DUMPABLE = 4
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 MAX_REQUEST_BYTES = 64 * 2**20
-PR_SET_MM, PR_SET_MM_MAP = 35, 14
-MM_FIELDS = (
-    "start_code", "end_code", "start_data", "end_data", "start_brk", "brk", "start_stack",
-    "arg_start", "arg_end", "env_start", "env_end",
-)  # fmt: skip
-# Where /proc/<pid>/stat (proc(5), fields numbered from 1) says what a fork keeps as it is.
-STAT_FIELDS = {
-    "start_code": 26, "end_code": 27, "start_stack": 28, "start_data": 45, "end_data": 46,
-    "start_brk": 47,
-}  # fmt: skip
-_KEPT: list[object] = []
 
 
 def read_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
@@ -71,59 +58,6 @@ def read_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
             raise EOFError("the supervisor went away during its request")
         body += chunk
     return json.loads(body), list(fds)
-
-
-class _MmMap(ctypes.Structure):
-    """The kernel's ``struct prctl_mm_map``."""
-
-    _fields_ = [
-        *((name, ctypes.c_uint64) for name in MM_FIELDS),
-        ("auxv", ctypes.c_void_p),
-        ("auxv_size", ctypes.c_uint32),
-        ("exe_fd", ctypes.c_uint32),
-    ]
-
-
-def set_process_block(argv: list[str], env: dict[str, str]) -> bool:
-    """Make ``/proc/self/cmdline`` and ``/proc/self/environ`` say `argv` and `env`, as after an
-    exec (a fork would show the fork server's): what ``ps``, py-spy and the worker's search for a
-    job's processes by their environment (`worker.orphans`) read. ``PR_SET_MM_MAP`` needs no
-    privilege; False where the kernel refuses it."""
-    try:
-        stat = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
-        field = {name: int(stat[number - 3]) for name, number in STAT_FIELDS.items()}
-        args = b"".join(os.fsencode(a) + b"\0" for a in argv)
-        block = b"".join(os.fsencode(f"{k}={v}") + b"\0" for k, v in env.items()) or b"\0"
-        args_buffer = ctypes.create_string_buffer(args, len(args))
-        env_buffer = ctypes.create_string_buffer(block, len(block))
-        _KEPT[:] = [args_buffer, env_buffer]  # the kernel reads them for the process's life
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.sbrk.restype = ctypes.c_void_p
-        mm = _MmMap(
-            **field,
-            brk=libc.sbrk(0),
-            arg_start=ctypes.addressof(args_buffer),
-            arg_end=ctypes.addressof(args_buffer) + len(args),
-            env_start=ctypes.addressof(env_buffer),
-            env_end=ctypes.addressof(env_buffer) + len(block),
-            auxv=None,
-            auxv_size=0,
-            exe_fd=0xFFFFFFFF,
-        )
-        return (
-            int(libc.prctl(PR_SET_MM, PR_SET_MM_MAP, ctypes.byref(mm), ctypes.sizeof(mm), 0)) == 0
-        )
-    except (OSError, AttributeError, ValueError, IndexError):
-        return False
-
-
-def set_dumpable(value: int) -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, value, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def become_job(request: dict[str, Any], output_fd: int, helpers: dict[str, ModuleType]) -> None:
@@ -159,10 +93,10 @@ def become_job(request: dict[str, Any], output_fd: int, helpers: dict[str, Modul
         helpers["scratch"].become(int(request["uid"]), int(request["gid"]))
         # A change of user makes a process undumpable until its next exec: a cold rank is
         # dumpable again after its exec, and so is this one (the fork server is not).
-        set_dumpable(1)
+        helpers["process_block"].set_dumpable(1)
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
     title = [sys.executable, "-I", "-u", str(Path(__file__).resolve()), request["run_id"]]
-    set_process_block(title, dict(os.environ))
+    helpers["process_block"].set_process_block(title, dict(os.environ))
 
 
 def locale_coerced(env: dict[str, str]) -> dict[str, str]:
@@ -400,7 +334,7 @@ def run_rank(env: dict[str, str], request: dict[str, Any], prepared: dict[str, A
     sys.orig_argv = entry
     sys.argv = entry[3:]  # python -I -u rank_main.py ARGS: rank_main.py and its arguments
     sys.path[:] = prepared["path"]
-    set_process_block(entry, env)
+    prepared["helpers"]["process_block"].set_process_block(entry, env)
     numpy = sys.modules.get("numpy")
     if numpy is not None:  # seeded at import, once for every fork: a cold rank seeds its own
         numpy.random.seed()

@@ -52,7 +52,12 @@ IMPORT_TIME_PREFIXES = (
 )
 IMPORT_TIME_NAMES = frozenset({"LANG", "LANGUAGE", "TZ"})
 # torch reads these when a process group or NCCL starts, not at import: per job, as set.
-RUN_TIME_PREFIXES = ("TORCH_NCCL_", "TORCHELASTIC_", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
+RUN_TIME_PREFIXES = (
+    "TORCH_NCCL_",
+    "TORCHELASTIC_",
+    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
+    "TORCH_EXTENSIONS_DIR",
+)
 
 
 class WarmUnavailable(Exception):
@@ -161,7 +166,30 @@ class WarmPool:
             bool(info["cuda_initialized"]),
         )
 
-    def _start(self, key: str, python: str, rank_env: Mapping[str, str]) -> WarmServer:
+    def start(self, python: str, rank_env: Mapping[str, str]) -> None:
+        """Start the server for `python` and `rank_env` if none is there or starting, without
+        waiting for it (the worker's own environment's, as the worker starts)."""
+        key = server_key(python, rank_env)
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        lock_fd = os.open(self.directory / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            if self._ready(key) is None and self._starting(key) is None:
+                self._spawn(key, python, rank_env)
+        except WarmUnavailable as exc:
+            log.warning("no fork server for %s: %s", python, exc)
+        finally:
+            os.close(lock_fd)
+
+    def _starting(self, key: str) -> int | None:
+        """The PID of the server for `key` that was started and is not ready yet, if alive."""
+        try:
+            pid = int((self.directory / f"{key}.pid").read_text())
+        except (OSError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def _spawn(self, key: str, python: str, rank_env: Mapping[str, str]) -> int:
         sock, ready = self.directory / f"{key}.sock", self.directory / f"{key}.json"
         for stale in (sock, ready):
             with suppress(FileNotFoundError):
@@ -171,7 +199,6 @@ class WarmPool:
         output = os.open(
             self.directory / f"{key}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
         )
-        started = time.monotonic()
         try:
             process = subprocess.Popen(
                 argv,
@@ -186,13 +213,20 @@ class WarmPool:
             raise WarmUnavailable(f"the fork server could not start: {exc}") from None
         finally:
             os.close(output)
+        (self.directory / f"{key}.pid").write_text(str(process.pid))
+        return process.pid
+
+    def _start(self, key: str, python: str, rank_env: Mapping[str, str]) -> WarmServer:
+        """The server for `key`, started unless it is starting already, once ready."""
+        started = time.monotonic()
+        pid = self._starting(key) or self._spawn(key, python, rank_env)
         while time.monotonic() - started < START_TIMEOUT_S:
             found = self._ready(key)
             if found is not None:
-                log.info("fork server %s (%s) ready in %.2f s", found.pid, python,
+                log.info("fork server %s (%s) ready after %.2f s", found.pid, python,
                          time.monotonic() - started)  # fmt: skip
                 return found
-            code = process.poll()
+            code = _exit_code(pid)
             if code is not None:
                 why = f"the fork server of {python} exited with {code}"
                 if code == NO_TORCH_EXIT:
@@ -200,7 +234,8 @@ class WarmPool:
                     (self.directory / f"{key}.refused").write_text(why)
                 raise WarmUnavailable(why)
             time.sleep(0.02)
-        process.kill()
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
         raise WarmUnavailable(f"the fork server of {python} was not ready in {START_TIMEOUT_S} s")
 
     def close(self) -> None:
@@ -213,6 +248,16 @@ class WarmPool:
                 path.unlink()
         with suppress(OSError):
             self.directory.rmdir()
+
+
+def _exit_code(pid: int) -> int | None:
+    """The exit status of `pid` once it has ended (our child: reaped here; else -1), or None
+    while it runs."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None if _alive(pid) else -1
+    return os.waitstatus_to_exitcode(status) if done else None
 
 
 def _alive(pid: int) -> bool:

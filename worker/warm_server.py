@@ -41,8 +41,15 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 # Imported before any fork (numpy's global random state is seeded again in each rank).
 PRELOAD = ("torch", "torch.distributed", "torch.nn", "torch.optim", "torch.utils.data", "numpy")
-HELPERS = ("rank_main", "rank_child", "rank_group", "lifeline", "scratch", "warm_launcher")
-PR_SET_DUMPABLE = 4
+HELPERS = (
+    "rank_main",
+    "rank_child",
+    "rank_group",
+    "lifeline",
+    "scratch",
+    "process_block",
+    "warm_launcher",
+)
 NO_TORCH_EXIT = 3
 
 
@@ -216,8 +223,8 @@ def main(argv: list[str]) -> None:
     args = parse(argv)
     path = list(sys.path)  # what `python -I rank_main.py` starts with
     helpers = {name: load(name) for name in HELPERS}
-    helpers["warm_launcher"].set_dumpable(0)
-    process_block = can_set_process_block(helpers["warm_launcher"])
+    helpers["process_block"].set_dumpable(0)
+    process_block = can_set_process_block(helpers["process_block"])
     modules = preload()
     prepared = {"helpers": helpers, "path": path, "rank_main": helpers["rank_main"]}
     server = Server(args, prepared)

@@ -15,17 +15,22 @@ import logging
 import os
 import resource
 import socket
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
 from jobs.contract import env as rank_env
+from jobs.spec import JobSpec
 from jobs.states import AttemptRef
 from service.db import session_scope
 from service.records import AttemptSuperseded, add_attempt_event, record_launch_path
+from service.settings import Settings
 from worker.cgroups import JobCgroup
-from worker.launch import LaunchPlan
+from worker.launch import LaunchPlan, RunPaths, build_env
 from worker.launch_path import COLD, LaunchChoice, shadowed
 from worker.process_tree import ProcessTree, start_launcher
 from worker.scratch import SCRATCH_DIRS, PrivateScratch
@@ -163,6 +168,41 @@ def effective_rank_env(plan: LaunchPlan) -> dict[str, str]:
     ):
         env["LC_CTYPE"] = "C.UTF-8"
     return env
+
+
+def default_rank_env(data_dir: Path, cuda_available: bool, pass_env: list[str]) -> dict[str, str]:
+    """What the ranks of a job that sets nothing read at import on this worker: the key of the
+    fork server the worker starts as it starts."""
+    spec = JobSpec(name="warm-up")
+    paths = RunPaths.for_attempt(data_dir, "warm-up", 1)
+    env = build_env(
+        spec,
+        job_id="warm-up",
+        attempt=1,
+        paths=paths,
+        resume_from=None,
+        cuda_available=cuda_available,
+        base_env=dict(os.environ),
+        pass_env=pass_env,
+    )
+    return effective_rank_env(LaunchPlan([], env, paths.work_dir, spec.nproc_per_node))
+
+
+@contextmanager
+def warm_servers(pool: WarmPool | None, settings: Settings, cuda_available: bool) -> Iterator[None]:
+    """A worker's life with its fork servers: the one of its own environment started as it
+    starts (not waited for), for jobs that set nothing torch reads at import; all stopped as it
+    ends."""
+    if pool is None:
+        yield
+        return
+    env = default_rank_env(settings.data_dir.resolve(), cuda_available, settings.job_pass_env)
+    pool.start(sys.executable, env)
+    try:
+        yield
+    finally:
+        if os.getpid() == pool.watch_pid:  # not in a work horse leaving
+            pool.close()
 
 
 def program_dir(plan: LaunchPlan) -> Path:
