@@ -173,7 +173,7 @@ def effective_rank_env(plan: LaunchPlan) -> dict[str, str]:
 def default_rank_env(data_dir: Path, cuda_available: bool, pass_env: list[str]) -> dict[str, str]:
     """What the ranks of a job that sets nothing read at import on this worker: the key of the
     fork server the worker starts as it starts."""
-    spec = JobSpec(name="warm-up")
+    spec = JobSpec(name="warm-up", recipe="synthetic")
     paths = RunPaths.for_attempt(data_dir, "warm-up", 1)
     env = build_env(
         spec,

@@ -52,7 +52,9 @@ report = {
     "cmdline": Path("/proc/self/cmdline").read_bytes().decode().split("\0")[:-1],
     "cwd": os.getcwd(),
     "umask": os.umask(0o022),
-    "rlimits": {n: resource.getrlimit(getattr(resource, n)) for n in dir(resource) if "RLIM" in n},
+    "rlimits": {
+        n: resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIMIT")
+    },
     "ids": [os.getuid(), os.geteuid(), os.getgid(), os.getegid(), os.getgroups()],
     "session_leader": os.getsid(0) == os.getpid(),
     "stdin": os.readlink("/proc/self/fd/0"),
