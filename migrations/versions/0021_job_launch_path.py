@@ -21,7 +21,7 @@ def upgrade() -> None:
     with op.batch_alter_table("job") as batch:
         batch.add_column(sa.Column("launch_path", sa.String(length=8), nullable=True))
         batch.add_column(
-            sa.Column("launcher_given", sa.Boolean(), nullable=False, server_default=sa.false())
+            sa.Column("launcher_given", sa.Boolean(), nullable=False, server_default="0")
         )
 
 

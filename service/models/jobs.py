@@ -4,7 +4,7 @@ nodes of a multi-node attempt, its tags."""
 from datetime import datetime
 from typing import Annotated, Any
 
-from sqlalchemy import JSON, BigInteger, Column, Index, Integer, Text, UniqueConstraint, false
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from jobs.spec import JobSpec
@@ -62,7 +62,7 @@ class Job(JobBase, table=True):
     owner: str = Field(default="", max_length=128, index=True)
     # Whether the submitted spec named its `launcher` (named: that launcher, cold; else the
     # worker may start the ranks warm, docs/training-scripts.md).
-    launcher_given: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
+    launcher_given: bool = Field(default=False, sa_column_kwargs={"server_default": "0"})
     queue: str = Field(max_length=64)
     last_heartbeat: datetime | None = None
     progress_step: int | None = None
