@@ -32,6 +32,7 @@ BENCHMARKS = {
     "walk": "bench.newcomer_walk",
     "capture": "bench.p13_capture",
     "chartpan": "bench.f10_chart_pan",
+    "warm": "bench.p2_warm",
 }
 
 

@@ -12,7 +12,7 @@ API adds later are kept (`extra="allow"`), so an older client still shows them i
 """
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -95,6 +95,9 @@ class Job(ApiModel):
     pending_reason: str | None = None
     # What went wrong without failing the job (ranks that never formed one process group...).
     warnings: list[str] = []
+    # How its latest attempt's ranks started: `warm` (forked from the worker's fork server) or
+    # `cold` (torchrun); None until they do.
+    launch_path: Literal["warm", "cold"] | None = None
 
     def is_terminal(self) -> bool:
         """True once the job is `succeeded`, `failed` or `cancelled`."""

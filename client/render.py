@@ -154,6 +154,7 @@ def job_table(job: dict[str, Any], checkpoints: list[dict[str, Any]] | None = No
         ("state", state_text(job.get("state"))),
         ("attempt", job.get("attempt")),
         ("worker", job.get("worker")),
+        ("launch path", job.get("launch_path")),
         ("created", job.get("created_at")),
         ("started", job.get("started_at")),
         ("finished", job.get("finished_at")),

@@ -124,7 +124,8 @@ class RunMethods(SyncTransport):
         """Submit a job's spec again, with `KEY=VALUE` overrides on dotted paths
         (`["nproc_per_node=2", "config.lr=0.1"]`, values read as YAML), validated by the API
         as any submission. `job_id` may be any job ref (a prefix, a name, `name@N`)."""
-        spec = rerun_spec(self._call(calls.get_job(job_id)).spec, overrides)
+        job = self._call(calls.get_job(job_id))
+        spec = rerun_spec(job.spec, overrides, started_warm=job.launch_path == "warm")
         return self._call(calls.submit_job(spec, idempotency_key))
 
     def upload_directory(self, directory: PathLike = ".") -> UploadedDirectory:
@@ -230,7 +231,8 @@ class AsyncRunMethods(AsyncTransport):
     async def rerun_job(
         self, job_id: str, overrides: Sequence[str] = (), idempotency_key: str | None = None
     ) -> Job:
-        spec = rerun_spec((await self._call(calls.get_job(job_id))).spec, overrides)
+        job = await self._call(calls.get_job(job_id))
+        spec = rerun_spec(job.spec, overrides, started_warm=job.launch_path == "warm")
         return await self._call(calls.submit_job(spec, idempotency_key))
 
     async def upload_directory(self, directory: PathLike = ".") -> UploadedDirectory:

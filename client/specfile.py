@@ -84,12 +84,19 @@ def apply_assignments(spec: dict[str, Any], assignments: list[str]) -> dict[str,
 SECRET_MASK = "***"
 
 
-def rerun_spec(spec: Mapping[str, Any], assignments: Sequence[str]) -> dict[str, Any]:
+def rerun_spec(
+    spec: Mapping[str, Any], assignments: Sequence[str], *, started_warm: bool = False
+) -> dict[str, Any]:
     """A job's spec (as the API shows it) to submit again, with `KEY=VALUE` overrides.
 
+    A job that `started_warm` named no launcher (the API shows the default, `torchrun`, which
+    given would start it cold): the rerun names none either, unless an override does.
     A `secret_env` variable's value is masked in what the API shows; each must be given again
     (`env.NAME=...`), or the job would run with the mask as its value."""
-    again = apply_assignments(copy.deepcopy(dict(spec)), list(assignments))
+    again = copy.deepcopy(dict(spec))
+    if started_warm and again.get("launcher") == "torchrun":
+        del again["launcher"]
+    again = apply_assignments(again, list(assignments))
     env = again.get("env") or {}
     masked = [name for name in again.get("secret_env") or [] if env.get(name) == SECRET_MASK]
     if masked:

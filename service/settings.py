@@ -129,6 +129,12 @@ class Settings(BaseSettings):
     job_user_lease_dir: Path = Path("/run/launchbay/job-users")
     job_user_prefix: str = Field(default="launchbay-job-", pattern=r"^[a-z_][a-z0-9_-]{0,23}-$")
     require_isolation: bool = False
+    # Start the ranks of single-node jobs from a fork server with torch imported (`warm`),
+    # instead of under torchrun (`cold`): docs/training-scripts.md, "Warm starts".
+    warm_start: bool = True
+    # A fork server with no launch for this long exits (the next job of its environment starts
+    # a new one).
+    warm_idle_s: float = Field(default=600.0, gt=0)
     # Disk an owner's jobs may hold (run directories, logs, checkpoints), as measured when
     # each attempt ends; past it a user's next submission is refused. Unset: no quota.
     owner_disk_quota_bytes: int | None = Field(default=None, gt=0)

@@ -37,6 +37,7 @@ from worker.heartbeat import AttemptHeartbeat
 from worker.isolation import JobUser, can_switch_users, isolate_attempt
 from worker.job_environment import prepare_environment
 from worker.launch import LaunchPlan, Rendezvous, RunPaths
+from worker.launch_path import choose_launch_path
 from worker.monitor import AttemptMonitor
 from worker.orphans import leave_note, remove_note
 from worker.outcome import Outcome
@@ -82,6 +83,8 @@ class TakenAttempt:
     rendezvous: Rendezvous | None
     # The devices the dispatcher reserved for this node (None: not dispatched).
     reserved: tuple[str, ...] | None = None
+    # Whether the spec named its launcher (then that launcher, cold: `worker.launch_path`).
+    launcher_given: bool = True
 
 
 def take_attempt(
@@ -120,7 +123,9 @@ def take_attempt(
         return None
     reserved = reserved_for(services, ref)
     if seat is None or ref.node is None:
-        return TakenAttempt(ref, worker_name, job.owner, job.spec, None, reserved)
+        return TakenAttempt(
+            ref, worker_name, job.owner, job.spec, None, reserved, job.launcher_given
+        )
     rendezvous = Rendezvous(
         endpoint=seat.endpoint,
         is_host=seat.is_host,
@@ -219,6 +224,13 @@ def _run(
             rendezvous=taken.rendezvous,
             announce=None if ref.node is None else announcer(services.engine, ref),
             job_user=job_user,
+            launch=choose_launch_path(
+                spec,
+                launcher_given=taken.launcher_given,
+                enabled=settings.warm_start,
+                has_pool=services.warm_pool is not None,
+            ),
+            warm_pool=services.warm_pool,
         )
         result.outcome, result.survivors = monitor.run()
         if monitor.tree is not None:

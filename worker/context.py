@@ -22,6 +22,7 @@ from service.db import make_engine
 from service.executors.base import Executor
 from service.executors.registry import make_executor
 from service.settings import Settings, get_settings
+from worker.warm_pool import WarmPool, WarmUnavailable, pool_directory
 
 if TYPE_CHECKING:
     from worker.attempt import TakenAttempt
@@ -37,6 +38,8 @@ class AttemptServices:
     settings: Settings
     # Submits the job's next attempt when this one ends in a retry.
     executor: Executor
+    # The worker's fork servers, for warm starts (None: every attempt starts cold).
+    warm_pool: WarmPool | None = None
 
 
 @dataclass
@@ -50,6 +53,9 @@ class WorkerContext:
     redis_clients: dict[str, Redis] = field(default_factory=dict)
     # What the worker took before forking the horse, by task; None: not to be run.
     claimed: dict[AttemptRef, "TakenAttempt | None"] = field(default_factory=dict)
+    # The process the fork servers live as long as: the worker that made this context.
+    owner_pid: int = field(default_factory=os.getpid)
+    warm: WarmPool | None = None
 
     @property
     def settings(self) -> Settings:
@@ -98,8 +104,23 @@ class WorkerContext:
             self.redis_clients[url] = client
         return client
 
+    def warm_pool(self) -> WarmPool | None:
+        """The worker's fork servers (the same directory in each of its horses); None where warm
+        starts are off or no private directory can be had for them."""
+        settings = self.settings
+        if not settings.warm_start:
+            return None
+        if self.warm is None:
+            try:
+                directory = pool_directory(settings.job_user_lease_dir, self.owner_pid)
+            except WarmUnavailable as exc:
+                log.warning("no warm starts: %s", exc)
+                return None
+            self.warm = WarmPool(directory, self.owner_pid, settings.warm_idle_s)
+        return self.warm
+
     def services(self) -> AttemptServices:
         settings = self.settings
         engine = self.engine()
         executor = make_executor(settings, self.redis(), engine)
-        return AttemptServices(engine, settings, executor)
+        return AttemptServices(engine, settings, executor, self.warm_pool())

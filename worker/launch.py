@@ -155,8 +155,15 @@ class LaunchPlan:
     launcher: str = "torchrun"
     # Whether the worker has CUDA: a program that needs it says so when it has none.
     cuda_available: bool = False
+    # What each rank runs (`rank_main.py` and the program) and torchrun's run: what a warm
+    # start (`worker.warm_start`) starts in torchrun's place on a single node.
+    entry: tuple[str, ...] = ()
+    run_id: str = ""
+    max_restarts: int = 0
+    torchelastic_dir: Path | None = None
 
 
+# long: every part of a launch meets here, in the order of precedence its docstring gives
 def build_launch(
     spec: JobSpec,
     *,
@@ -215,7 +222,17 @@ def build_launch(
         entry=entry,
         rendezvous=rendezvous,
     )
-    return LaunchPlan(argv, env, cwd, spec.nproc_per_node, cuda_available=cuda_available)
+    return LaunchPlan(
+        argv,
+        env,
+        cwd,
+        spec.nproc_per_node,
+        cuda_available=cuda_available,
+        entry=tuple(entry),
+        run_id=f"{job_id}-{attempt}",
+        max_restarts=spec.max_restarts,
+        torchelastic_dir=paths.torchelastic_dir,
+    )
 
 
 def rank_entry(

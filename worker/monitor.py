@@ -7,13 +7,12 @@ Every `Settings.worker_poll_s`:
     ranks are up -> note elastic restarts -> launcher exited? -> worker shutdown / job no
     longer ours / timeout / hang / cancel?
 
-The attempt's heartbeat runs beside the loop (`worker.heartbeat`); what it reads back (the job
-taken away, or cancelling) is one of the reasons to stop. A cancel arrives by one channel: the
-job's `cancelling` state, which the loop also reads itself every `CANCEL_CHECK_S`.
-
-Whatever ends the loop, every process of the job is stopped before it returns (a cancelled
-job is `cancelled` only once nothing of it runs). Each database write is a short session of
-its own; none is open while torchrun runs.
+The ranks start warm or cold (`worker.warm_start`). The attempt's heartbeat runs beside the loop
+(`worker.heartbeat`); what it reads back (the job taken away, or cancelling) is one of the reasons
+to stop. A cancel arrives by one channel: the job's `cancelling` state, which the loop also reads
+itself every `CANCEL_CHECK_S`. Whatever ends the loop, every process of the job is stopped before
+it returns (a cancelled job is `cancelled` only once nothing of it runs). Each database write is
+a short session of its own; none is open while the ranks run.
 """
 
 import logging
@@ -36,6 +35,7 @@ from service.records import (
 )
 from service.scheduling.preemption import preemption_of
 from service.settings import Settings
+from worker import outcome_warnings as notes
 from worker.cgroups import JobCgroup, cgroup_name
 from worker.checkpoints import CheckpointRegistrar
 from worker.db_retry import retry_db
@@ -44,6 +44,7 @@ from worker.heartbeat import AttemptHeartbeat
 from worker.ingest import Ingestor
 from worker.isolation import JobUser
 from worker.launch import LaunchPlan, Rendezvous, RunPaths
+from worker.launch_path import NOT_WARM, LaunchChoice
 from worker.outcome import Outcome, classify_exit, read_oom_kills
 from worker.outcome_warnings import AttemptFacts, collect_warnings, has_output, reported_count
 from worker.outputs import DeclaredOutputs, wants_declared_outputs
@@ -51,24 +52,18 @@ from worker.process_tree import (
     ProcessTree,
     elastic_restart_count,
     shutdown_requested,
-    start_launcher,
     stop_job_processes,
     yield_cpu_to_ranks,
 )
 from worker.scratch import shm_bytes
 from worker.stacks import record_rank_stacks
 from worker.stops import FAILING_STOPS, StopOutcomes, StopReason
+from worker.warm_pool import WarmPool
+from worker.warm_start import record_launch, start_ranks
 
 log = logging.getLogger(__name__)
 
 PROCESS_SCAN_S = 5.0
-# Said of a job that succeeded with no metric and no checkpoint (a program that prints its
-# metrics and saves to a path of its own): the user sees why the dashboard is empty.
-NOTHING_REPORTED = (
-    "the job reported no metric and no checkpoint: report them with the SDK (jobs.runtime) "
-    "or the events file (LAUNCHBAY_EVENTS_FILE); files written to LAUNCHBAY_OUTPUT_DIR are "
-    "kept as the job's artifacts (docs/training-scripts.md)"
-)
 # How often the job's state is read for a cancel: each read is a database round trip, taken
 # from the ranks' CPU time on a busy node, so not every poll.
 CANCEL_CHECK_S = 0.5
@@ -77,6 +72,7 @@ CANCEL_CHECK_S = 0.5
 class AttemptMonitor:
     """Runs one launch plan to its end (see the module docstring)."""
 
+    # long: the attempt's parts, each made once, read best in one place
     def __init__(
         self,
         engine: Engine,
@@ -91,12 +87,14 @@ class AttemptMonitor:
         rendezvous: Rendezvous | None = None,
         announce: Callable[[Outcome], None] | None = None,
         job_user: JobUser | None = None,
+        launch: LaunchChoice = NOT_WARM,
+        warm_pool: WarmPool | None = None,
     ) -> None:
         """`rendezvous` (with `announce`) for a node of a multi-node job: `announce` is called
         with the outcome of a failing stop before the processes are stopped, so the attempt
         ends with this cause rather than with what the other nodes' ranks see next."""
         self.engine, self.settings = engine, settings
-        self.job_user = job_user
+        self.job_user, self.launch, self.warm_pool = job_user, launch, warm_pool
         self.heartbeat = heartbeat
         self.ref, self.spec = ref, spec
         self.job_id, self.attempt = ref.job_id, ref.attempt
@@ -148,20 +146,25 @@ class AttemptMonitor:
         user, shm_size = self.job_user, self.spec.memory_limit_bytes
         scratch = None if user is None else user.scratch(self.plan.cwd, shm_size)
         try:
-            tree = self.tree = start_launcher(
+            tree, self.launch = start_ranks(
                 self.plan,
+                self.launch,
+                self.warm_pool,
                 self.paths.launcher_log,
                 self.paths.pids_file,
                 cgroup,
                 user=None if user is None else (user.uid, user.gid),
                 scratch=scratch,
             )
+            self.tree = tree
         except OSError as exc:
             if cgroup is not None:
                 cgroup.remove()
             return Outcome(
                 JobState.FAILED, ExitReason.LAUNCH_ERROR, None, f"cannot start: {exc}"
             ), []
+        launched = self.launch
+        retry_db(lambda: record_launch(self.engine, self.ref, launched), "launch path", tries=2)
         if scratch is not None:  # its /dev/shm counts with its files
             self.disk.elsewhere = lambda: shm_bytes(tree.pid)
         cgroup_oom = False
@@ -392,5 +395,5 @@ class AttemptMonitor:
         # Said by a warning instead when the job wrote no output file either.
         if succeeded and self.node is None and self._reported_nothing():
             if reported_count(self.ingestor, self.registrar) or has_output(self.paths.output_dir):
-                parts.append(NOTHING_REPORTED)
+                parts.append(notes.NOTHING_REPORTED)
         return "; ".join(parts) if parts else None

@@ -29,6 +29,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
 from sqlmodel import Session
 
@@ -84,7 +85,8 @@ def run_node(
         if address:
             settings = settings.model_copy(update={"worker_host": address})
             context = WorkerContext(settings)
-    services = context.services()
+    # One attempt per process: no fork server outlives it to serve the next (cold starts).
+    services = replace(context.services(), warm_pool=None)
     ref = AttemptRef(job_id, attempt, placement.node)
     if ref.node is not None and ref.node > 0:
         if not wait_for_first_node(services, ref, settings.rendezvous_timeout_s):

@@ -37,6 +37,13 @@ from worker.launch import LaunchPlan, RunPaths
 from worker.outcome import read_tail
 
 # One warning is at most this long (what a job controls in it is cut first).
+# Said of a job that succeeded with no metric and no checkpoint (a program that prints its
+# metrics and saves to a path of its own): the user sees why the dashboard is empty.
+NOTHING_REPORTED = (
+    "the job reported no metric and no checkpoint: report them with the SDK (jobs.runtime) "
+    "or the events file (LAUNCHBAY_EVENTS_FILE); files written to LAUNCHBAY_OUTPUT_DIR are "
+    "kept as the job's artifacts (docs/training-scripts.md)"
+)
 MAX_WARNING_CHARS = 500
 MAX_QUOTED_CHARS = 160
 MAX_NAMES_LISTED = 5

@@ -28,6 +28,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 import psutil
 
@@ -83,12 +84,22 @@ def _live_processes() -> dict[int, _Proc]:
     return found
 
 
+class Launched(Protocol):
+    """A launcher as the tree sees it: torchrun's `subprocess.Popen`, or a warm launcher
+    (`worker.warm_start.WarmProcess`)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+
 class ProcessTree:
-    """The launcher (our child) and every process recorded under it."""
+    """The launcher (our child, or a fork server's) and every process recorded under it."""
 
     def __init__(
         self,
-        popen: "subprocess.Popen[bytes]",
+        popen: Launched,
         pids_file: Path | None = None,
         cgroup: JobCgroup | None = None,
     ) -> None:

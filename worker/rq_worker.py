@@ -67,6 +67,7 @@ from worker.lifeline import die_with_parent
 from worker.orphans import stop_orphans
 from worker.process_tree import request_shutdown
 from worker.reach import check_host
+from worker.warm_start import warm_servers
 
 log = logging.getLogger(__name__)
 # How long a work loop RQ gave up (Redis away) waits before it starts again.
@@ -334,7 +335,8 @@ def run_worker(
     stopped = stop_orphans(settings.data_dir.resolve())
     if stopped:
         log.warning("killed processes %s left by attempts whose supervisor died", stopped)
-    return work_until_stopped(worker, burst=burst, logging_level=logging_level)
+    with warm_servers(tasks.context.warm_pool(), settings, cuda.available):
+        return work_until_stopped(worker, burst=burst, logging_level=logging_level)
 
 
 def make_worker(

@@ -42,6 +42,9 @@ class JobBase(SQLModel):
     warnings: list[str] = Field(
         default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]")
     )
+    # How its latest attempt's ranks were started (`worker.launch_path`): `warm`, forked from the
+    # worker's fork server, or `cold`, under torchrun; null until an attempt starts them.
+    launch_path: str | None = Field(default=None, max_length=8)
 
 
 class Job(JobBase, table=True):
@@ -57,6 +60,9 @@ class Job(JobBase, table=True):
     )
 
     owner: str = Field(default="", max_length=128, index=True)
+    # Whether the submitted spec named its `launcher` (named: that launcher, cold; else the
+    # worker may start the ranks warm, docs/training-scripts.md).
+    launcher_given: bool = Field(default=False, sa_column_kwargs={"server_default": "0"})
     queue: str = Field(max_length=64)
     last_heartbeat: datetime | None = None
     progress_step: int | None = None

@@ -36,6 +36,7 @@ from service.records.job_rows import (
     list_jobs,
     queued_since,
     read_job_state,
+    record_launch_path,
     show_queued,
     touch_job_heartbeat,
 )
@@ -111,6 +112,7 @@ __all__ = [
     "create_job",
     "delete_checkpoints",
     "delete_job_rows",
+    "record_launch_path",
     "delete_rollups",
     "downsample",
     "end_attempt",

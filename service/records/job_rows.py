@@ -54,6 +54,7 @@ def create_job(
         request_hash=request_hash,
         last_seq=1,  # the `queued` event's, inserted with the row: no one else sees it yet
         warnings=list(warnings),
+        launcher_given="launcher" in spec.model_fields_set,
     )
     session.add(job)
     session.flush()
@@ -281,3 +282,16 @@ def read_job_state(session: Session, job_id: str, attempt: int) -> JobState | No
     stmt = select(Job.state).where(Job.id == job_id, Job.attempt == attempt)
     state = session.exec(stmt).first()
     return None if state is None else JobState(state)
+
+
+def record_launch_path(session: Session, job_id: str, attempt: int, path: str) -> bool:
+    """The path (`warm` or `cold`) by which `attempt`, still the job's current one, starts its
+    ranks (committed); False when the job is at another attempt or gone."""
+    stmt = (
+        update(Job)
+        .where(col(Job.id) == job_id, col(Job.attempt) == attempt)
+        .values(launch_path=path)
+    )
+    changed = session.execute(stmt).rowcount  # type: ignore[attr-defined]
+    session.commit()
+    return bool(changed)

@@ -193,23 +193,32 @@ def transition_job(
 @dataclass(frozen=True)
 class TakenJob:
     """What a worker that took a job's attempt runs it with: the spec (as accepted, defaults
-    filled) and the job's owner."""
+    filled), the job's owner, and whether its spec named its launcher."""
 
     spec: dict[str, Any]
     owner: str
+    launcher_given: bool = True
 
 
 def take_job(session: Session, job_id: str, attempt: int, **fields: Any) -> TakenJob | None:
     """Move the job `queued → starting` at `attempt` (committed) and return its spec and owner;
     None, having changed nothing, when it is not queued at that attempt any more."""
     moved = move(
-        session, job_id, JobState.STARTING, attempt, None, fields, col(Job.spec), col(Job.owner)
+        session,
+        job_id,
+        JobState.STARTING,
+        attempt,
+        None,
+        fields,
+        col(Job.spec),
+        col(Job.owner),
+        col(Job.launcher_given),
     )
     if moved is None:
         session.rollback()
         return None
     session.commit()
-    return TakenJob(dict(moved.spec), moved.owner)
+    return TakenJob(dict(moved.spec), moved.owner, bool(moved.launcher_given))
 
 
 def requeue(

@@ -1,5 +1,6 @@
 """Every launch style of examples/scripts/, uploaded with POST /v1/code and run by a real
-worker: torchrun with the SDK, a `--local_rank` script, mp.spawn, DataParallel, accelerate."""
+worker: torchrun with the SDK, a `--local_rank` script (both started warm, naming no launcher),
+mp.spawn, DataParallel, accelerate (`launcher: torchrun`: cold)."""
 
 import importlib.util
 import io
@@ -19,13 +20,14 @@ LINEAR = {"weight", "bias"}
 STYLES: dict[str, dict[str, Any]] = {
     "torchrun": {
         "script": "train_torchrun.py",
-        "spec": {"launcher": "torchrun", "nproc_per_node": 2, "args": ["--steps", "10"]},
+        # No launcher named: started warm (`launch_path`), as torchrun would start it.
+        "spec": {"nproc_per_node": 2, "args": ["--steps", "10"]},
         "keys": LINEAR,
         "rank_logs": {0: "rank 0 of 2 (LOCAL_RANK=0)", 1: "rank 1 of 2 (LOCAL_RANK=1)"},
     },
     "local_rank_arg": {
         "script": "train_local_rank_arg.py",
-        "spec": {"launcher": "torchrun", "nproc_per_node": 2, "pass_local_rank_arg": True},
+        "spec": {"nproc_per_node": 2, "pass_local_rank_arg": True},
         "keys": LINEAR,
         "rank_logs": {0: "--local_rank=0", 1: "--local_rank=1"},
     },
@@ -87,6 +89,7 @@ def test_each_launch_style_runs_to_success(shared_sqlite_stack: Stack, style: st
         job_id = response.json()["id"]
         job = shared_sqlite_stack.wait_for_state(http, job_id, {"succeeded"}, timeout=180)
         assert (job["exit_code"], job["exit_reason"]) == (0, "completed")
+        assert job["launch_path"] == ("cold" if "launcher" in case["spec"] else "warm")
 
         points = http.get(f"/v1/jobs/{job_id}/metrics", params={"limit": 10_000}).json()["items"]
         assert points and {p["name"] for p in points} == {"loss"}

@@ -3,7 +3,7 @@ environment where it bears on speed, the same thread counts, CPU priority, sched
 affinity, scheduling control groups and session group (Linux's autogroup), and unbuffered
 output; and its supervisor's threads run in SCHED_BATCH, so they never pre-empt it when they
 wake, yet cannot be starved by it. Both ways run the same program under a real torchrun;
-nothing here is timed."""
+nothing here is timed. Launchbay runs it both ways: warm (the default) and cold."""
 
 import json
 import os
@@ -91,7 +91,7 @@ def run_bare(out: Path, workdir: Path) -> list[dict[str, Any]]:
     return read_ranks(out)
 
 
-def run_launchbay(stack: Stack) -> list[dict[str, Any]]:
+def run_launchbay(stack: Stack, **extra: Any) -> list[dict[str, Any]]:
     with stack.client() as http:
         with PROBE.open("rb") as fh:
             files = {"file": (PROBE.name, fh, "text/x-python")}
@@ -101,6 +101,7 @@ def run_launchbay(stack: Stack) -> list[dict[str, Any]]:
             "name": "rank-parity",
             "code": {"code_id": code.json()["code_id"], "entrypoint": PROBE.name},
             "nproc_per_node": 2,
+            **extra,
         }
         response = http.post("/v1/jobs", json=spec)
         response.raise_for_status()
@@ -111,18 +112,21 @@ def run_launchbay(stack: Stack) -> list[dict[str, Any]]:
 
 def test_a_rank_sees_what_a_bare_torchrun_rank_sees(sqlite_stack: Stack, tmp_path: Path) -> None:
     bare = run_bare(tmp_path / "bare", tmp_path / "bare-run")
-    ours = run_launchbay(sqlite_stack)
-    for rank in range(2):
-        for key in SAME:
-            assert ours[rank][key] == bare[rank][key], (rank, key)
-        ours_cgroups = scheduling_cgroups(ours[rank]["cgroup"])
-        assert ours_cgroups == scheduling_cgroups(bare[rank]["cgroup"]), rank
-        assert ours[rank]["autogroup_nice"] == bare[rank]["autogroup_nice"], rank
-        assert ours[rank]["unbuffered"] == bare[rank]["unbuffered"], rank
-        assert speed_env(ours[rank]["env"]) == speed_env(bare[rank]["env"]), rank
-    assert ours[0]["num_threads"] == 1  # torchrun's own default for several ranks on CPU
+    # Warm (no launcher named: forked from the worker's fork server) and cold (torchrun).
+    warm, cold = run_launchbay(sqlite_stack), run_launchbay(sqlite_stack, launcher="torchrun")
+    for ours in (warm, cold):
+        for rank in range(2):
+            for key in SAME:
+                assert ours[rank][key] == bare[rank][key], (rank, key)
+            ours_cgroups = scheduling_cgroups(ours[rank]["cgroup"])
+            assert ours_cgroups == scheduling_cgroups(bare[rank]["cgroup"]), rank
+            assert ours[rank]["autogroup_nice"] == bare[rank]["autogroup_nice"], rank
+            assert ours[rank]["unbuffered"] == bare[rank]["unbuffered"], rank
+            assert speed_env(ours[rank]["env"]) == speed_env(bare[rank]["env"]), rank
+        assert ours[0]["num_threads"] == 1  # torchrun's own default for several ranks on CPU
     # While the ranks run, the supervisor's threads never pre-empt them when they wake, yet
-    # keep their share of the CPU (SCHED_BATCH = 3), the heartbeat's included.
-    threads = ours[0]["supervisor_threads"]
+    # keep their share of the CPU (SCHED_BATCH = 3), the heartbeat's included. The probe finds
+    # the supervisor as its launcher's parent: torchrun's (a warm launcher's is the fork server).
+    threads = cold[0]["supervisor_threads"]
     assert threads and {policy for _, policy, _, _ in threads} == {os.SCHED_BATCH}, threads
     assert bare[0]["supervisor_threads"] == []

@@ -14,6 +14,7 @@ from jobs.states import JobState
 from service import records
 from service.app import create_app
 from service.db import make_engine
+from service.models import Job
 from service.settings import Settings
 from tests.integration.conftest import ADMIN, count_jobs
 from tests.support.procs import free_port
@@ -45,6 +46,25 @@ def test_submit_fills_defaults_and_enqueues(api: TestClient, settings: Settings)
     queued = Queue("default", connection=redis.Redis.from_url(settings.redis_url)).job_ids
     assert queued == [f"{job['id']}-1"]
     assert api.get(f"/v1/jobs/{job['id']}").json() == job
+    assert job["launch_path"] is None  # until a worker starts its ranks, warm or cold
+
+
+def test_whether_a_spec_named_its_launcher_is_kept(api: TestClient, settings: Settings) -> None:
+    """Named (`launcher: torchrun`), the job starts cold; not named, warm where it can: the
+    spec shows `torchrun` either way."""
+    unnamed = api.post("/v1/jobs", json=SYNTHETIC).json()
+    named = api.post("/v1/jobs", json={**SYNTHETIC, "launcher": "torchrun"}).json()
+    assert unnamed["spec"]["launcher"] == named["spec"]["launcher"] == "torchrun"
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        with Session(engine) as session:
+            given = {
+                job_id: session.get(Job, job_id).launcher_given  # type: ignore[union-attr]
+                for job_id in (unnamed["id"], named["id"])
+            }
+    finally:
+        engine.dispose()
+    assert given == {unnamed["id"]: False, named["id"]: True}
 
 
 @pytest.mark.parametrize(

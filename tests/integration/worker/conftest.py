@@ -34,6 +34,7 @@ from tests.support.procs import job_processes
 from worker.attempt import AttemptResult
 from worker.context import AttemptServices
 from worker.prepare import CudaInfo
+from worker.warm_pool import WarmPool
 
 SCRIPTS = Path(__file__).parent / "scripts"
 NO_CUDA = CudaInfo(available=False, device_count=0)
@@ -70,6 +71,8 @@ class WorkerEnv:
     engine: Engine
     redis: Redis
     job_ids: set[str] = field(default_factory=set)
+    # The test process's fork servers: attempts of a spec that names no launcher start warm.
+    warm_pool: WarmPool | None = None
 
     def submit(self, script: str, *, entrypoint: str | None = None, **spec: Any) -> str:
         """Upload `scripts/<script>` (unless done already) and create a job that runs it."""
@@ -89,7 +92,7 @@ class WorkerEnv:
 
     def services(self) -> AttemptServices:
         executor = RQExecutor(self.redis, grace_s=self.settings.cancel_grace_s)
-        return AttemptServices(self.engine, self.settings, executor)
+        return AttemptServices(self.engine, self.settings, executor, self.warm_pool)
 
     def run(self, job_id: str, attempt: int = 1) -> AttemptResult:
         result = run_attempt(
@@ -127,7 +130,9 @@ class WorkerEnv:
         return self.rows(JobEvent, job_id)
 
 
-def make_worker_env(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[WorkerEnv]:
+def make_worker_env(
+    tmp_path: Path, database_url: str, redis_url: str, warm_pool: WarmPool | None = None
+) -> Iterator[WorkerEnv]:
     upgrade_database(database_url)
     settings = Settings(
         data_dir=reachable_by_job_users(tmp_path / "data"),
@@ -138,7 +143,7 @@ def make_worker_env(tmp_path: Path, database_url: str, redis_url: str) -> Iterat
     )
     engine = make_engine(database_url)
     redis = Redis.from_url(redis_url)
-    env = WorkerEnv(settings, engine, redis)
+    env = WorkerEnv(settings, engine, redis, warm_pool=warm_pool)
     try:
         yield env
         assert_nothing_left(env)
@@ -155,15 +160,34 @@ def assert_nothing_left(env: WorkerEnv) -> None:
     assert not recorded_alive(env.settings.data_dir)
 
 
+@pytest.fixture(scope="session")
+def warm_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmPool]:
+    """One set of fork servers for the test process (as a worker keeps one), stopped at its
+    end; the default environment's is started at once, while the first test prepares."""
+    directory = tmp_path_factory.mktemp("warm")
+    directory.chmod(0o700)
+    pool = WarmPool(directory, os.getpid(), idle_s=600.0)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
 @pytest.fixture
 def wenv(
-    tmp_path: Path, sqlite_url: str, migrated_sqlite_file: Path, redis_url: str
+    tmp_path: Path,
+    sqlite_url: str,
+    migrated_sqlite_file: Path,
+    redis_url: str,
+    warm_pool: WarmPool,
 ) -> Iterator[WorkerEnv]:
     """On a copy of the SQLite file migrated once per test process (`copy_migrated_sqlite`)."""
     copy_migrated_sqlite(migrated_sqlite_file, sqlite_url)
-    yield from make_worker_env(tmp_path, sqlite_url, redis_url)
+    yield from make_worker_env(tmp_path, sqlite_url, redis_url, warm_pool)
 
 
 @pytest.fixture
-def pg_wenv(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[WorkerEnv]:
-    yield from make_worker_env(tmp_path, postgres_url, redis_url)
+def pg_wenv(
+    tmp_path: Path, postgres_url: str, redis_url: str, warm_pool: WarmPool
+) -> Iterator[WorkerEnv]:
+    yield from make_worker_env(tmp_path, postgres_url, redis_url, warm_pool)

@@ -5,7 +5,13 @@ from typing import Any
 
 import pytest
 
-from client.specfile import SpecFileError, apply_assignments, load_spec, parse_assignment
+from client.specfile import (
+    SpecFileError,
+    apply_assignments,
+    load_spec,
+    parse_assignment,
+    rerun_spec,
+)
 
 
 @pytest.mark.parametrize(
@@ -75,3 +81,10 @@ def test_load_refuses_what_is_not_a_spec(
 def test_load_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(SpecFileError, match="cannot read"):
         load_spec(tmp_path / "nope.yaml")
+
+
+def test_a_rerun_of_a_warm_job_names_no_launcher_unless_told() -> None:
+    shown = {"name": "x", "recipe": "synthetic", "launcher": "torchrun"}
+    assert "launcher" not in rerun_spec(shown, [], started_warm=True)
+    assert rerun_spec(shown, [], started_warm=False)["launcher"] == "torchrun"
+    assert rerun_spec(shown, ["launcher=torchrun"], started_warm=True)["launcher"] == "torchrun"

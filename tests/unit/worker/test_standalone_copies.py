@@ -14,7 +14,7 @@ import pytest
 
 from jobs.contract import env as contract_env
 from jobs.contract import rank_files
-from worker import lifeline, rank_group, rank_main
+from worker import lifeline, rank_group, rank_main, warm_launcher, warm_pool, warm_server
 from worker.outcome_warnings import read_group_records
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -24,6 +24,9 @@ STANDALONE = [
     ROOT / "worker" / "rank_child.py",
     ROOT / "worker" / "lifeline.py",
     ROOT / "worker" / "scratch.py",
+    ROOT / "worker" / "warm_server.py",
+    ROOT / "worker" / "warm_launcher.py",
+    ROOT / "worker" / "process_block.py",
     *sorted((ROOT / "jobs" / "capture").glob("*.py")),
 ]
 
@@ -42,6 +45,8 @@ def test_the_environment_names_are_the_contracts() -> None:
     assert lifeline.LAUNCHER_PID_ENV == contract_env.LAUNCHER_PID
     assert lifeline.CGROUP_ENV == contract_env.CGROUP
     assert lifeline.CPU_AFFINITY_ENV == contract_env.CPU_AFFINITY
+    assert warm_launcher.LAUNCHER_PID_ENV == contract_env.LAUNCHER_PID
+    assert warm_server.NO_TORCH_EXIT == warm_pool.NO_TORCH_EXIT
 
 
 def string_constants(path: Path) -> set[str]:
