@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.contract import rank_files
@@ -232,6 +232,8 @@ class Ingestor:
                 points = self._points[: BATCH_ROWS - len(logs)]
                 last = len(points) == len(self._points)
                 with session_scope(self.engine) as session:
+                    # The marks go with the output, in its transaction (committed there).
+                    marked = last and self._write_marks(session.connection())
                     append_output(
                         session,
                         self.job_id,
@@ -241,6 +243,8 @@ class Ingestor:
                         progress=self._progress if last else None,
                         max_log_bytes=self.max_log_bytes,
                     )
+                if marked:
+                    self._marks_stored()
                 del self._logs[: len(logs)]
                 del self._points[: len(points)]
             self._progress = {}
@@ -255,22 +259,29 @@ class Ingestor:
         return True
 
     def store_marks(self, *, final: bool = False) -> None:
-        """Write the attempt's goodput marks when they changed, at most every `STORE_EVERY_S`
-        unless `final` (when the database refuses, they are kept for the next time)."""
-        now = time.monotonic()
-        if not self.marker.dirty or (not final and now < self._marks_due):
+        """Write the attempt's goodput marks when they changed and no output took them, at
+        most every `STORE_EVERY_S` unless `final` (the database refusing, they are kept)."""
+        if not final and time.monotonic() < self._marks_due:
             return
-        marks = self.marker.marks()
         try:
             with session_scope(self.engine) as session:
-                ref = (self.job_id, self.attempt, self.node)
-                save_attempt_marks(session.connection(), *ref, marks)
-                session.commit()
+                if self._write_marks(session.connection()):
+                    session.commit()
+                    self._marks_stored()
         except SQLAlchemyError as exc:
             log.warning("job %s: goodput marks not stored (kept): %s", self.job_id, exc)
-            return
+
+    def _write_marks(self, connection: Connection) -> bool:
+        """The marks into the attempt's row, if they changed (not committed)."""
+        if not self.marker.dirty:
+            return False
+        marks = self.marker.marks()
+        save_attempt_marks(connection, self.job_id, self.attempt, self.node, marks)
+        return True
+
+    def _marks_stored(self) -> None:
         self.marker.dirty = False
-        self._marks_due = now + STORE_EVERY_S
+        self._marks_due = time.monotonic() + STORE_EVERY_S
 
     def _watch_events_file(self) -> None:
         """Note when rank 0 last appended to its events file (read or not: the hang watchdog

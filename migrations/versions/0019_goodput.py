@@ -9,6 +9,7 @@ Create Date: 2026-11-30 08:00:00.000000
 from collections.abc import Sequence
 
 import sqlalchemy as sa
+import sqlmodel
 from alembic import op
 
 revision: str = "0019"
@@ -34,7 +35,7 @@ PARTS = (
 def upgrade() -> None:
     op.create_table(
         "attempt_mark",
-        sa.Column("job_id", sa.String(length=32), primary_key=True),
+        sa.Column("job_id", sqlmodel.AutoString(length=32), primary_key=True),
         sa.Column("attempt", sa.Integer(), primary_key=True),
         sa.Column("node", sa.Integer(), primary_key=True),
         sa.Column("first_step_at", sa.Float(), nullable=True),
@@ -49,12 +50,12 @@ def upgrade() -> None:
     )
     op.create_table(
         "job_goodput",
-        sa.Column("job_id", sa.String(length=32), primary_key=True),
-        sa.Column("owner", sa.String(length=128), nullable=False),
-        sa.Column("queue", sa.String(length=64), nullable=False),
-        sa.Column("name", sa.String(length=128), nullable=False),
-        sa.Column("state", sa.String(length=16), nullable=False),
-        sa.Column("ended_at", sa.DateTime(), nullable=False),
+        sa.Column("job_id", sqlmodel.AutoString(length=32), primary_key=True),
+        sa.Column("owner", sqlmodel.AutoString(length=128), nullable=False),
+        sa.Column("queue", sqlmodel.AutoString(length=64), nullable=False),
+        sa.Column("name", sqlmodel.AutoString(length=128), nullable=False),
+        sa.Column("state", sqlmodel.AutoString(length=16), nullable=False),
+        sa.Column("ended_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
         sa.Column("devices", sa.Integer(), nullable=False),
         sa.Column("wall_s", sa.Float(), nullable=False),
         sa.Column("device_s", sa.Float(), nullable=False),

@@ -6,6 +6,7 @@ Below `lifecycle` (which stores the ledger in the transaction of a job's termina
 imports no other module of the store.
 """
 
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -25,6 +26,7 @@ from jobs.contract.goodput import (
 from jobs.states import JobState
 from service.models import AttemptMark, Job, JobEvent, JobGoodput
 
+log = logging.getLogger(__name__)
 _mark = AttemptMark.__table__  # type: ignore[attr-defined]
 _job = Job.__table__  # type: ignore[attr-defined]
 _event = JobEvent.__table__  # type: ignore[attr-defined]
@@ -198,10 +200,14 @@ def store_job_ledger(connection: Connection, job_id: str) -> None:
     if row is None or str(row.state) not in TERMINAL:
         return
     job = ledger_job(row)
-    ledger = read_ledgers(connection, [job])[job_id]
+    try:
+        ledger = read_ledgers(connection, [job])[job_id]
+    except Exception:  # a fault of the ledger's own must never keep a job from ending
+        log.exception("job %s: goodput ledger not stored", job_id)
+        return
     seconds = {f"{part.name}_s": part.seconds for part in ledger.parts}
     trained = ledger.part(TRAINING).device_seconds
-    ended = job.finished_at or datetime.now(UTC).replace(tzinfo=None)
+    ended = job.finished_at or datetime.now(UTC)
     connection.execute(delete(_goodput).where(_goodput.c.job_id == job_id))
     connection.execute(
         insert(_goodput).values(
@@ -210,7 +216,7 @@ def store_job_ledger(connection: Connection, job_id: str) -> None:
             queue=job.queue,
             name=job.name,
             state=job.state,
-            ended_at=ended.astimezone(UTC).replace(tzinfo=None) if ended.tzinfo else ended,
+            ended_at=ended if ended.tzinfo else ended.replace(tzinfo=UTC),
             devices=job.devices,
             wall_s=ledger.wall_s,
             device_s=ledger.device_s,

@@ -73,14 +73,14 @@ class SummaryQuery:
     top: int = 10
 
 
-def _naive_utc(moment: datetime) -> datetime:
-    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
+def _utc(moment: datetime) -> datetime:
+    return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _stored_filters(query: SummaryQuery) -> list[Any]:
     filters = [
-        _goodput.c.ended_at >= _naive_utc(query.since),
-        _goodput.c.ended_at < _naive_utc(query.until),
+        _goodput.c.ended_at >= _utc(query.since),
+        _goodput.c.ended_at < _utc(query.until),
     ]
     if query.owner is not None:
         filters.append(_goodput.c.owner == query.owner)
@@ -127,7 +127,7 @@ def _stored_losses(connection: Connection, query: SummaryQuery) -> list[JobLoss]
 
 def _live_jobs(connection: Connection, query: SummaryQuery) -> list[LedgerJob]:
     stmt = select(*LEDGER_JOB_COLUMNS).where(
-        _job.c.state.in_(ACTIVE_OR_QUEUED), _job.c.created_at < _naive_utc(query.until)
+        _job.c.state.in_(ACTIVE_OR_QUEUED), _job.c.created_at < _utc(query.until)
     )
     if query.owner is not None:
         stmt = stmt.where(_job.c.owner == query.owner)
