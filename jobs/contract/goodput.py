@@ -20,8 +20,9 @@ An attempt's wall time is a chain of moments, each kept between the one before a
   `checkpoint_stall` (the `checkpoint_save` marks), `eval` (the `eval` marks) and, for an
   attempt that was retried, `lost_work`: what it trained after its last registered
   checkpoint, which the retry does again (all of its training when it registered none).
-- `hang`: for an attempt the hang watchdog stopped, from the progress the watchdog last saw to
-  its stop.
+- `hang`: for an attempt the hang watchdog stopped, from the progress the watchdog last saw
+  (or, with none, the start of its watch) to its stop; what came before is launch, first step
+  and training as usual, however far the worker had seen the attempt get.
 - `teardown`: from the end of training (or the hang stop) to the end of the attempt: the
   program's exit, stopping the processes, recording the outcome.
 
@@ -163,7 +164,12 @@ def attempt_ticks(record: AttemptRecord, now: float, first: bool) -> dict[str, i
     parts[QUEUED if first else RETRY_GAP] = started - queued_at
     marks = record.marks
     stopped = _clamp(marks.ended_at, started, end, end)
-    running = _clamp(record.running_at, started, stopped, stopped)
+    # A hang stop: from what the watchdog last saw to its stop, whatever the worker knew then.
+    hang_from = None
+    if marks.hang_since is not None:
+        hang_from = _clamp(marks.hang_since, started, stopped, stopped)
+    cap = stopped if hang_from is None else hang_from
+    running = _clamp(record.running_at, started, cap, cap)
     env_end = _clamp(record.environment_end_at, started, running, started)
     env_start = max(started, env_end - max(0, ticks(record.environment_s)))
     parts[ENVIRONMENT] = env_end - env_start
@@ -171,16 +177,11 @@ def attempt_ticks(record: AttemptRecord, now: float, first: bool) -> dict[str, i
     progressed = marks.first_step_at is not None or marks.last_progress_at is not None
     # Still running: it trains up to now, whatever it last wrote.
     live = record.end_at is None and marks.ended_at is None
-    first_step = _clamp(marks.first_step_at, running, stopped, running) if progressed else running
-    hang_from = None
-    if marks.hang_since is not None:
-        hang_from = _clamp(marks.hang_since, first_step, stopped, stopped)
+    first_step = _clamp(marks.first_step_at, running, cap, running) if progressed else running
     if not progressed or live:
-        trained_until = stopped
+        trained_until = cap
     else:
-        trained_until = _clamp(marks.last_progress_at, first_step, stopped, first_step)
-    if hang_from is not None:
-        trained_until = min(trained_until, hang_from)
+        trained_until = _clamp(marks.last_progress_at, first_step, cap, first_step)
     parts[FIRST_STEP] = first_step - running
     parts[HANG] = stopped - hang_from if hang_from is not None else 0
     parts[TEARDOWN] = end - trained_until - parts[HANG]

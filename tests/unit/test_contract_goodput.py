@@ -212,6 +212,18 @@ def test_a_hang_is_from_the_last_progress_to_the_watchdog_s_stop() -> None:
     assert near(parts["teardown"], 0.9)
 
 
+def test_a_hang_before_the_worker_saw_the_ranks_up_is_a_hang_not_a_launch() -> None:
+    events = [
+        event(1, T0, 1, "queued"),
+        event(2, T0, 1, "starting"),
+        event(3, T0 + 5.1, 1, "running"),  # noted as the stop came
+        event(4, T0 + 6, 1, "failed", exit_reason="hang"),
+    ]
+    marks = AttemptMarks(hang_since=T0 + 2, ended_at=T0 + 5)
+    parts = seconds(ledger_of(events, {1: marks}, state="failed"))
+    assert (parts["launch"], parts["hang"], parts["teardown"]) == (2.0, 3.0, 1.0)
+
+
 def test_a_program_that_never_reports_trains_from_its_start_to_its_end() -> None:
     events = [
         event(1, T0, 1, "queued"),
