@@ -114,9 +114,7 @@ class AttemptMonitor:
         if wants_declared_outputs(spec) and spec.outputs is not None:
             declared = spec.outputs.checkpoints
             self.declared = DeclaredOutputs(paths.work_dir, declared, self.registrar)
-        # Requests for the ranks' stacks (`POST /v1/jobs/{id}/stacks`) older than this
-        # attempt's start are not its to serve; its goodput marks start there too.
-        self.started_wall = time.time()
+        self.started_wall = time.time()  # its goodput marks and requests for stacks start
         self.marker = AttemptMarker(self.started_wall)
         self.registrar.on_registered = self.marker.registered
         self.hang_since: float | None = None

@@ -21,6 +21,7 @@ from jobs.runtime.events import write_event
 __all__ = [
     "CHECKPOINT_SAVE",
     "EVAL",
+    "drop_mark",
     "end_mark",
     "evaluating",
     "is_marking",
@@ -34,6 +35,11 @@ _open: dict[str, float] = {}
 def start_mark(kind: str, at: float | None = None) -> None:
     """A span of `kind` starts now (or `at`); a later start replaces one not ended yet."""
     _open[kind] = time.time() if at is None else at
+
+
+def drop_mark(kind: str) -> None:
+    """Forget the span of `kind` started last, writing nothing."""
+    _open.pop(kind, None)
 
 
 def is_marking(kind: str) -> bool:

@@ -155,8 +155,7 @@ def move(
     if detail is None:
         detail = event_detail(fields)
     insert_state_event(session, job_id, target, int(row.attempt), int(row.last_seq), detail)
-    if target.is_terminal():
-        # Written once, with the end it records (docs/goodput.md).
+    if target.is_terminal():  # its goodput ledger, written once with its end
         store_job_ledger(session.connection(), job_id)
     return row
 

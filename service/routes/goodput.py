@@ -15,7 +15,12 @@ from service import records
 from service.deps import CurrentPrincipal, JobSnapshot
 from service.errors import Forbidden, Unprocessable
 from service.models import utcnow
-from service.records.goodput_summary import SummaryQuery, Totals, read_goodput_summary
+from service.records.goodput_summary import (
+    GoodputSummary,
+    SummaryQuery,
+    Totals,
+    read_goodput_summary,
+)
 
 router = APIRouter(tags=["goodput"])
 
@@ -176,6 +181,11 @@ def read_goodput(
     engine: Engine = request.app.state.engine
     with engine.connect() as connection:
         summary = read_goodput_summary(connection, query, now)
+    return goodput_answer(query, summary)
+
+
+def goodput_answer(query: SummaryQuery, summary: GoodputSummary) -> GoodputPublic:
+    """The summed ledgers as answered: hours, each owner's, the jobs that lost most."""
     total = summary.total()
     trained = total.device_seconds[TRAINING]
     badput = [
@@ -188,10 +198,10 @@ def read_goodput(
     ]
     owners = sorted(summary.by_owner.items(), key=lambda item: (-item[1].device_s, item[0]))
     return GoodputPublic(
-        owner=owner,
-        queue=queue,
-        since=start,
-        until=end,
+        owner=query.owner,
+        queue=query.queue,
+        since=query.since,
+        until=query.until,
         jobs=total.jobs,
         wall_hours=_hours(total.wall_s),
         device_hours=_hours(total.device_s),
