@@ -33,6 +33,7 @@ BENCHMARKS = {
     "capture": "bench.p13_capture",
     "chartpan": "bench.f10_chart_pan",
     "warm": "bench.p2_warm",
+    "goodput": "bench.p14_goodput",
 }
 
 

@@ -20,6 +20,7 @@ from typing import Any, Self
 import httpx
 
 from client import calls, http
+from client.goodput import AsyncGoodputMethods
 from client.models import (
     AuditRecord,
     Checkpoint,
@@ -50,7 +51,7 @@ from client.runs import AsyncRunMethods
 JSON = http.JSON
 
 
-class AsyncClient(AsyncRunMethods):
+class AsyncClient(AsyncRunMethods, AsyncGoodputMethods):
     """An asynchronous connection to one Launchbay API; `async with` it or `await aclose()`."""
 
     def __init__(

@@ -14,6 +14,7 @@ from urllib.parse import quote
 from pydantic import BaseModel
 
 from client import http, models
+from client.goodput_models import Goodput, JobGoodput
 
 JSON = http.JSON
 R = TypeVar("R")
@@ -187,6 +188,23 @@ def list_workers() -> Call[list[models.Worker]]:
 
 def get_queue() -> Call[models.Queue]:
     return Call("GET", "/v1/queue", models.Queue.model_validate)
+
+
+def get_job_goodput(job_id: str) -> Call[JobGoodput]:
+    return Call("GET", http.job_path(job_id, "goodput"), JobGoodput.model_validate)
+
+
+def get_goodput(
+    owner: str | None,
+    queue: str | None,
+    since: str | datetime | None,
+    until: str | datetime | None,
+) -> Call[Goodput]:
+    def text(moment: str | datetime | None) -> str | None:
+        return moment.isoformat() if isinstance(moment, datetime) else moment
+
+    query = http.params(owner=owner, queue=queue, since=text(since), until=text(until))
+    return Call("GET", "/v1/goodput", Goodput.model_validate, params=query)
 
 
 def get_usage(owner: str | None, since: str | datetime | None) -> Call[models.Usage]:

@@ -39,6 +39,7 @@ from typing import Any, Self
 import httpx
 
 from client import calls, http
+from client.goodput import GoodputMethods
 from client.models import (
     AuditRecord,
     Checkpoint,
@@ -71,7 +72,7 @@ JSON = http.JSON
 ProgressCallback = http.ProgressCallback
 
 
-class Client(RunMethods):
+class Client(RunMethods, GoodputMethods):
     """A connection to one Launchbay API; use it as a context manager or call `close()`."""
 
     def __init__(

@@ -26,6 +26,7 @@ from service.routes import (
     code,
     dry_run,
     events,
+    goodput,
     jobs,
     limits,
     log_search,
@@ -78,6 +79,7 @@ AUTHENTICATED_ROUTES = (
     stacks,
     queue,
     policies,
+    goodput,
 )
 
 

@@ -34,7 +34,7 @@ own, never deleted.
 import logging
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from functools import partial
@@ -147,6 +147,8 @@ class CheckpointRegistrar:
         self.rejected = 0
         # The job is no longer this attempt's: nothing more is registered.
         self.superseded = False
+        # Told of each checkpoint once it is registered (the attempt's goodput marks).
+        self.on_registered: Callable[[CheckpointEvent], None] | None = None
 
     @classmethod
     def for_attempt(
@@ -263,6 +265,8 @@ class CheckpointRegistrar:
             return True
         del self.pending[path]
         self.registered += 1
+        if self.on_registered is not None:
+            self.on_registered(pending.event)
         if pending.reported and self.keep is not None:
             self.sources[pending.key] = (path, pending.signature)
         self._apply_retention()

@@ -5,11 +5,19 @@ from jobs.contract.events import (
     CheckpointEvent,
     InvalidEvent,
     MetricEvent,
+    SpanEvent,
     parse_event_line,
 )
 from service.records import NewMetricPoint
 
-__all__ = ["CheckpointEvent", "InvalidEvent", "MetricEvent", "metric_points", "parse_event_line"]
+__all__ = [
+    "CheckpointEvent",
+    "InvalidEvent",
+    "MetricEvent",
+    "SpanEvent",
+    "metric_points",
+    "parse_event_line",
+]
 
 
 def metric_points(event: MetricEvent, now: float) -> list[NewMetricPoint]:

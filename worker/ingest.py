@@ -21,20 +21,28 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.contract import rank_files
 from jobs.states import AttemptRef
 from service.db import session_scope
-from service.records import AttemptSuperseded, NewLogLine, NewMetricPoint, append_output
+from service.records import (
+    AttemptSuperseded,
+    NewLogLine,
+    NewMetricPoint,
+    append_output,
+    save_attempt_marks,
+)
 from worker.events import (
     CheckpointEvent,
     InvalidEvent,
     MetricEvent,
+    SpanEvent,
     metric_points,
     parse_event_line,
 )
+from worker.goodput_marks import AttemptMarker
 from worker.log_metrics import LogMetrics
 
 log = logging.getLogger(__name__)
@@ -129,8 +137,10 @@ class Ingestor:
         on_checkpoint: Callable[[CheckpointEvent], None],
         max_log_bytes: int | None = None,
         log_metrics: Sequence[str] = (),
+        marker: AttemptMarker | None = None,
     ) -> None:
-        """`log_metrics`: the spec's patterns, matched against rank 0's log lines."""
+        """`log_metrics`: the spec's patterns, matched against rank 0's log lines; `marker`:
+        the attempt's goodput marks, kept from the events file and stored with the output."""
         self.engine = engine
         # Log lines name their node: 0 for a single-node job.
         self.node = ref.node or 0
@@ -157,6 +167,8 @@ class Ingestor:
         self._next_read = 0.0
         # An event stream watches the job: read and store every poll.
         self.live = False
+        self.marker = marker or AttemptMarker(time.time())
+        self._marks_due = 0.0
 
     def _discover_rank_logs(self) -> None:
         try:
@@ -191,7 +203,11 @@ class Ingestor:
                 log.warning("job %s: skipped events line (%s): %.200s", self.job_id, exc, line)
                 self._note_invalid(self.events_lines, exc, now)
                 continue
+            if isinstance(event, SpanEvent):
+                self.marker.span(event, now)
+                continue
             if isinstance(event, MetricEvent):
+                self.marker.metric(event.ts, now)
                 new_points = metric_points(event, now)
                 self.metric_points_seen += len(new_points)
                 self._points += new_points
@@ -209,13 +225,15 @@ class Ingestor:
         line = f"[launchbay] events file {reason} (skipped)"
         self._logs.append(NewLogLine(rank=0, ts=now, line=line, node=self.node))
 
-    def _store(self) -> bool:
+    def _store(self, final: bool = False) -> bool:
         try:
             while self._logs or self._points:
                 logs = self._logs[:BATCH_ROWS]
                 points = self._points[: BATCH_ROWS - len(logs)]
                 last = len(points) == len(self._points)
                 with session_scope(self.engine) as session:
+                    # The marks go with the output, in its transaction (committed there).
+                    marked = last and self._write_marks(session.connection())
                     append_output(
                         session,
                         self.job_id,
@@ -225,9 +243,12 @@ class Ingestor:
                         progress=self._progress if last else None,
                         max_log_bytes=self.max_log_bytes,
                     )
+                if marked:
+                    self._marks_stored()
                 del self._logs[: len(logs)]
                 del self._points[: len(points)]
             self._progress = {}
+            self.store_marks(final=final)
         except AttemptSuperseded:
             log.warning("job %s: attempt %d superseded; output dropped", self.job_id, self.attempt)
             self.superseded = True
@@ -236,6 +257,31 @@ class Ingestor:
             log.warning("job %s: storing logs/metrics failed; retrying", self.job_id, exc_info=True)
             return False
         return True
+
+    def store_marks(self, *, final: bool = False) -> None:
+        """Write the attempt's goodput marks when they changed and no output took them, at
+        most every `STORE_EVERY_S` unless `final` (the database refusing, they are kept)."""
+        if not final and time.monotonic() < self._marks_due:
+            return
+        try:
+            with session_scope(self.engine) as session:
+                if self._write_marks(session.connection()):
+                    session.commit()
+                    self._marks_stored()
+        except SQLAlchemyError as exc:
+            log.warning("job %s: goodput marks not stored (kept): %s", self.job_id, exc)
+
+    def _write_marks(self, connection: Connection) -> bool:
+        """The marks into the attempt's row, if they changed (not committed)."""
+        if not self.marker.dirty:
+            return False
+        marks = self.marker.marks()
+        save_attempt_marks(connection, self.job_id, self.attempt, self.node, marks)
+        return True
+
+    def _marks_stored(self) -> None:
+        self.marker.dirty = False
+        self._marks_due = time.monotonic() + STORE_EVERY_S
 
     def _watch_events_file(self) -> None:
         """Note when rank 0 last appended to its events file (read or not: the hang watchdog
@@ -247,6 +293,7 @@ class Ingestor:
         if size != self._events_size:
             self._events_size = size
             self.last_event_at = time.monotonic()
+            self.marker.progress(time.time())
 
     def flush(self) -> bool:
         """Read and store what is new now, whatever the pace: before an elastic restart is
@@ -274,4 +321,4 @@ class Ingestor:
         elif final:
             self._store()
             self._read(final)
-        return self._store()
+        return self._store(final)

@@ -40,6 +40,7 @@ from worker.cgroups import JobCgroup, cgroup_name
 from worker.checkpoints import CheckpointRegistrar
 from worker.db_retry import retry_db
 from worker.disk import DiskWatch
+from worker.goodput_marks import AttemptMarker
 from worker.heartbeat import AttemptHeartbeat
 from worker.ingest import Ingestor
 from worker.isolation import JobUser
@@ -109,9 +110,12 @@ class AttemptMonitor:
         )
         self.declared = None
         if wants_declared_outputs(spec) and spec.outputs is not None:
-            self.declared = DeclaredOutputs(
-                paths.work_dir, spec.outputs.checkpoints, self.registrar
-            )
+            declared = spec.outputs.checkpoints
+            self.declared = DeclaredOutputs(paths.work_dir, declared, self.registrar)
+        self.started_wall = time.time()  # its goodput marks and requests for stacks start
+        self.marker = AttemptMarker(self.started_wall)
+        self.registrar.on_registered = self.marker.registered
+        self.hang_since: float | None = None
         self.ingestor = Ingestor(
             engine,
             ref,
@@ -121,6 +125,7 @@ class AttemptMonitor:
             on_checkpoint=self.registrar.add,
             max_log_bytes=settings.max_log_bytes_per_job,
             log_metrics=spec.log_metrics if spec.capture == "auto" else (),
+            marker=self.marker,
         )
         self.disk = DiskWatch(engine, ref.job_id, paths.data_dir, settings.owner_disk_quota_bytes)
         self.over_disk: str | None = None
@@ -129,9 +134,6 @@ class AttemptMonitor:
         self.next_cancel_check = 0.0
         self.tree: ProcessTree | None = None
         self.survivors: list[int] = []
-        # Requests for the ranks' stacks (`POST /v1/jobs/{id}/stacks`) older than this
-        # attempt's start are not its to serve.
-        self.started_wall = time.time()
         self.stacks_requested_at: datetime | None = None
         self.stacks_served: datetime | None = None
 
@@ -172,6 +174,7 @@ class AttemptMonitor:
         try:
             stop = self._watch(tree)
         finally:
+            self.marker.stopped(time.time(), self.hang_since)
             survivors = stop_job_processes(tree, self.settings.cancel_grace_s)
             if cgroup is not None:
                 cgroup_oom = cgroup.oom_killed()
@@ -280,11 +283,9 @@ class AttemptMonitor:
         if rendezvous_s is not None and not self.running and now - started >= rendezvous_s:
             return StopReason.RENDEZVOUS
         hang_s = self.spec.hang_timeout_s
-        if (
-            hang_s is not None
-            and self._runs_rank_0()
-            and now - max(started, self.ingestor.last_event_at) >= hang_s
-        ):
+        last_seen = max(started, self.ingestor.last_event_at)
+        if hang_s is not None and self._runs_rank_0() and now - last_seen >= hang_s:
+            self.hang_since = time.time() - (now - last_seen)
             return StopReason.HANG
         if self.heartbeat.cancelling:
             return StopReason.CANCEL
@@ -353,6 +354,7 @@ class AttemptMonitor:
             time.sleep(1.0)
         self._poll_declared(final=True)
         self.registrar.poll(final=True)
+        self.ingestor.store_marks(final=True)
 
     def _poll_declared(self, final: bool = False) -> None:
         """Declared outputs are registered by the node whose ranks include rank 0, as what

@@ -11,6 +11,7 @@ Client commands talk to the API through `client.sdk.Client` (`--api-url`/`LAUNCH
     review.py   compare, rerun
     runs.py     run (the current directory's program, as its author runs it), artifacts
     ops.py      webhook add|list|rm|deliveries|redeliver, stacks, audit
+    goodput.py  goodput (one job's ledger, or many jobs' summed up)
     server.py   api, worker (and worker --check), reaper, db upgrade, storage migrate
 
 Exit status: 0 ok; 1 the API refused (`error <code>: <message>`) or a followed job failed;
@@ -18,10 +19,21 @@ Exit status: 0 ok; 1 the API refused (`error <code>: <message>`) or a followed j
 cannot be reached; 130 interrupted. Output cut short by its reader (`| head`) ends quietly, 0.
 """
 
-from client.cli import admin, jobs, ops, review, runs, server
+from client.cli import admin, goodput, jobs, ops, review, runs, server
 from client.cli.base import CliState, app
 
-__all__ = ["CliState", "admin", "app", "jobs", "main", "ops", "review", "runs", "server"]
+__all__ = [
+    "CliState",
+    "admin",
+    "app",
+    "goodput",
+    "jobs",
+    "main",
+    "ops",
+    "review",
+    "runs",
+    "server",
+]
 
 
 def main() -> None:

@@ -7,7 +7,15 @@ One JSON object per line, appended by rank 0:
 
     {"type": "metric", "step": 120, "epoch": 1, "metrics": {"loss": 0.31}, "ts"?: 1732200000.1,
      "total_steps"?: 900}
-    {"type": "checkpoint", "path": "step-000120.pt", "step": 120, "epoch": 1, "metrics": {...}}
+    {"type": "checkpoint", "path": "step-000120.pt", "step": 120, "epoch": 1, "metrics": {...},
+     "ts"?: 1732200002.4}
+    {"type": "checkpoint_save", "start": 1732200000.1, "end": 1732200002.4, "step"?: 120}
+    {"type": "eval", "start": 1732200010.0, "end": 1732200013.5, "step"?: 120}
+
+`checkpoint_save` and `eval` are marks (`span_line`): the training loop was blocked from `start`
+to `end` (Unix seconds) saving a checkpoint, or evaluating. They feed the job's goodput ledger
+(`jobs.contract.goodput`, docs/goodput.md); one line per span, written when it ends. A
+checkpoint line's `ts` is when its save ended.
 
 A line that breaks the format (bad JSON, wrong types, non-finite numbers, values the database
 columns cannot hold) raises `InvalidEvent`; the caller skips and counts it.
@@ -21,6 +29,9 @@ from typing import Any
 
 METRIC = "metric"
 CHECKPOINT = "checkpoint"
+CHECKPOINT_SAVE = "checkpoint_save"
+EVAL = "eval"
+SPANS = (CHECKPOINT_SAVE, EVAL)
 
 
 def metric_line(
@@ -48,6 +59,16 @@ def checkpoint_line(
     return {"type": CHECKPOINT, "path": path, "step": step, "epoch": epoch, "metrics": metrics}
 
 
+def span_line(kind: str, start: float, end: float, step: int | None = None) -> dict[str, Any]:
+    """A mark: the training loop was blocked from `start` to `end` (`kind`: one of `SPANS`)."""
+    if kind not in SPANS:
+        raise ValueError(f"a span is one of {SPANS}, not {kind!r}")
+    line: dict[str, Any] = {"type": kind, "start": start, "end": end}
+    if step is not None:
+        line["step"] = step
+    return line
+
+
 MAX_INT32 = 2**31 - 1
 MAX_METRIC_NAME = 128
 
@@ -71,6 +92,19 @@ class CheckpointEvent:
     step: int | None
     epoch: int | None
     metrics: dict[str, float] = field(default_factory=dict)
+    # When its save ended, as the program says (the worker keeps it within the attempt).
+    ts: float | None = None
+
+
+@dataclass(frozen=True)
+class SpanEvent:
+    """A `checkpoint_save` or `eval` mark, as written: `end` is not before `start`; how far
+    to believe the times is the worker's to decide (it clips them to the attempt)."""
+
+    kind: str
+    start: float
+    end: float
+    step: int | None = None
 
 
 def _count(obj: dict[str, Any], key: str) -> int | None:
@@ -107,7 +141,15 @@ def _metrics(value: Any, *, required: bool) -> dict[str, float]:
     return metrics
 
 
-def parse_event_line(line: str) -> MetricEvent | CheckpointEvent:
+def _span(kind: str, obj: dict[str, Any], step: int | None) -> SpanEvent:
+    start = _number(obj.get("start"), f"{kind} start")
+    end = _number(obj.get("end"), f"{kind} end")
+    if end < start:
+        raise InvalidEvent(f"{kind} ends before it starts")
+    return SpanEvent(kind, start, end, step)
+
+
+def parse_event_line(line: str) -> MetricEvent | CheckpointEvent | SpanEvent:
     """One line of the events file; InvalidEvent if malformed.
 
     Unknown keys are ignored, so newer training code can add some; unknown types are invalid.
@@ -133,5 +175,14 @@ def parse_event_line(line: str) -> MetricEvent | CheckpointEvent:
         path = obj.get("path")
         if not isinstance(path, str) or not path or "\x00" in path:
             raise InvalidEvent("checkpoint path must be a non-empty string")
-        return CheckpointEvent(path, step, epoch, _metrics(obj.get("metrics"), required=False))
+        ts = obj.get("ts")
+        return CheckpointEvent(
+            path,
+            step,
+            epoch,
+            _metrics(obj.get("metrics"), required=False),
+            ts=None if ts is None else _number(ts, "ts"),
+        )
+    if kind in SPANS:
+        return _span(kind, obj, step)
     raise InvalidEvent(f"unknown event type {kind!r}")

@@ -11,6 +11,8 @@ resume_from_checkpoint())``.
   state), once every rank has written its part, with `output_dir` set to
   LAUNCHBAY_CHECKPOINT_DIR (`checkpoint_dir()`): a retried attempt, on this worker or another,
   resumes from that directory (`allow_cpu_index_locations` says why CPU ranks can).
+- The evaluations and saves Trainer makes are marked (`eval`, `checkpoint_save`: the loop waits
+  for them; docs/goodput.md), from the step end that announces them to `on_evaluate`/`on_save`.
 - When training ends, every rank says it finished its work, so a rank that torch + gloo abort
   at interpreter exit does not fail the job (as on leaving `distributed()`).
 
@@ -28,6 +30,7 @@ from jobs.integrations.attach.common import (
     register_checkpoint,
     report,
 )
+from jobs.integrations.phases import phases
 from jobs.runtime import env
 from jobs.runtime.failure import record_rank_finished
 
@@ -67,8 +70,21 @@ class LaunchbayCallback(TrainerCallback):
             values["epoch"] = state.epoch
         report(int(state.global_step), values)
 
+    def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        will_evaluate, will_save = bool(control.should_evaluate), bool(control.should_save)
+        phases.step_ended(will_evaluate=will_evaluate, will_save=will_save)
+
+    on_epoch_end = on_step_end
+
+    def on_prediction_step(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        phases.predicting()
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        phases.evaluated(int(state.global_step), will_save=bool(control.should_save))
+
     def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         every_rank_saved()  # each rank writes its own RNG state into the directory
+        phases.saved(int(state.global_step))
         if not state.is_world_process_zero:
             return
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"

@@ -161,7 +161,8 @@ class Trainer:
         self.window_loss.zero_()
         self.window_steps = 0
         if end_of_epoch:
-            metrics.update(self.evaluate())
+            with lb.evaluating(state.step):
+                metrics.update(self.evaluate())
             self.model.train()
         lb.report(state.step, state.epoch, total_steps=self.total_steps, **metrics)
         shown = " ".join(f"{k}={v:.4g}" for k, v in metrics.items())

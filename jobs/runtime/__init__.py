@@ -72,6 +72,7 @@ from jobs.runtime.events import (
     report,
     write_event,
 )
+from jobs.runtime.marks import evaluating, marked
 
 __all__ = [
     "CheckpointPolicy",
@@ -90,6 +91,7 @@ __all__ = [
     "clean_metrics",
     "close_events",
     "distributed",
+    "evaluating",
     "gather_eval",
     "get_context",
     "get_rank",
@@ -97,6 +99,7 @@ __all__ = [
     "load_resume_state",
     "make_grad_scaler",
     "make_loader",
+    "marked",
     "prepare_model",
     "queue_reports",
     "read_config",

@@ -35,6 +35,7 @@ from jobs.runtime import env
 from jobs.runtime.distributed import get_context, get_rank, unwrap_model
 from jobs.runtime.env import CheckpointPolicy, checkpoint_policy
 from jobs.runtime.events import clean_metrics, write_event
+from jobs.runtime.marks import CHECKPOINT_SAVE, drop_mark, end_mark, start_mark
 
 CHECKPOINT_FORMAT = 1
 
@@ -104,6 +105,7 @@ def save_checkpoint(
     """
     if get_rank() != 0:
         return None
+    start_mark(CHECKPOINT_SAVE)  # the loop waits for all of it (docs/goodput.md)
     directory = env.checkpoint_dir()
     directory.mkdir(parents=True, exist_ok=True)
     clean = clean_metrics(metrics or {})
@@ -135,8 +137,10 @@ def save_checkpoint(
         os.replace(temp, final)
     except BaseException:
         temp.unlink(missing_ok=True)
+        drop_mark(CHECKPOINT_SAVE)  # no checkpoint, no line
         raise
     _fsync_dir(directory)
+    end_mark(CHECKPOINT_SAVE, int(step))
     write_event(checkpoint_line(name, int(step), int(epoch), clean))
     return final
 

@@ -6,14 +6,15 @@ insert, so `seq` is one dense, monotonic order per job: the id of the live event
 
 The tables live by concern: `jobs` (a job's row, events, nodes, tags), `outputs` (metrics,
 logs, checkpoints, stacks), `access` (tokens, uploads, the audit log), `webhooks`,
-`scheduling` (the dispatcher's), `health` (the write check's), on the column types of
-`columns`. Import them from here.
+`scheduling` (the dispatcher's), `goodput` (the ledger's), `health` (the write check's), on
+the column types of `columns`. Import them from here.
 """
 
 from sqlmodel import SQLModel
 
 from service.models.access import ApiToken, AuditRecord, CodeUpload
 from service.models.columns import BigIntPK, StrEnumColumn, inline_enum, utcnow
+from service.models.goodput import AttemptMark, JobGoodput
 from service.models.health import WriteCheck
 from service.models.jobs import Job, JobBase, JobEvent, JobNode, JobTag
 from service.models.outputs import Checkpoint, LogLine, MetricPoint, MetricRollup, RankStack
@@ -22,6 +23,7 @@ from service.models.webhooks import Webhook, WebhookDelivery
 
 __all__ = [
     "ApiToken",
+    "AttemptMark",
     "AuditRecord",
     "BigIntPK",
     "Checkpoint",
@@ -30,6 +32,7 @@ __all__ = [
     "Job",
     "JobBase",
     "JobEvent",
+    "JobGoodput",
     "JobNode",
     "JobReservation",
     "JobTag",

@@ -14,6 +14,7 @@ One module per concern, each above the lifecycle core it builds on:
     job_rows     create, find, list, heartbeat and delete job rows
     job_warnings what went wrong without failing a job
     nodes        the nodes of a multi-node attempt
+    goodput      attempts' marks and jobs' goodput ledgers (below lifecycle)
     lifecycle    moves between states, retries, the end of an attempt, seq allocation
 
 Callers import from `service.records`; the names below are its interface.
@@ -23,6 +24,15 @@ from service.records.checkpoints import (
     delete_checkpoints,
     list_checkpoints,
     register_checkpoint,
+)
+from service.records.goodput import (
+    LEDGER_JOB_COLUMNS,
+    LedgerJob,
+    ledger_body,
+    ledger_job,
+    read_ledgers,
+    save_attempt_marks,
+    stored_ledger,
 )
 from service.records.job_rows import (
     PENDING_REASON_MAX,
@@ -91,6 +101,13 @@ from service.records.stream import StreamRead, StreamRow, list_job_events, read_
 
 __all__ = [
     "JOB_TABLE",
+    "LEDGER_JOB_COLUMNS",
+    "LedgerJob",
+    "ledger_body",
+    "ledger_job",
+    "read_ledgers",
+    "save_attempt_marks",
+    "stored_ledger",
     "AttemptEnd",
     "AttemptSuperseded",
     "NewLogLine",

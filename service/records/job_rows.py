@@ -11,9 +11,11 @@ from sqlmodel import Session, col, select
 from jobs.spec import JobSpec
 from jobs.states import ACTIVE_STATES, JobState
 from service.models import (
+    AttemptMark,
     Checkpoint,
     Job,
     JobEvent,
+    JobGoodput,
     JobNode,
     JobTag,
     LogLine,
@@ -269,6 +271,8 @@ def delete_job_rows(session: Session, job_id: str) -> None:
         JobNode,
         JobTag,
         RankStack,
+        AttemptMark,
+        JobGoodput,
     )
     for table in tables:
         session.execute(delete(table).where(col(table.job_id) == job_id))

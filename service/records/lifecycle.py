@@ -31,6 +31,7 @@ from jobs.states import (
     sources_of,
 )
 from service.models import Job, JobEvent, utcnow
+from service.records.goodput import store_job_ledger
 from service.records.webhook_outbox import enqueue_state_deliveries
 
 # The job table for Core UPDATEs on the hot paths (state changes, seqs, heartbeats, progress):
@@ -118,6 +119,11 @@ def add_attempt_event(
     session.commit()
 
 
+def event_detail(fields: dict[str, Any]) -> dict[str, Any]:
+    """What a state event shows of the columns a move sets: the exit fields and the worker."""
+    return {k: fields[k] for k in ("exit_code", "exit_reason", "message", "worker") if k in fields}
+
+
 def move(
     session: Session,
     job_id: str,
@@ -147,10 +153,10 @@ def move(
     if row is None:
         return None
     if detail is None:
-        detail = {
-            k: fields[k] for k in ("exit_code", "exit_reason", "message", "worker") if k in fields
-        }
+        detail = event_detail(fields)
     insert_state_event(session, job_id, target, int(row.attempt), int(row.last_seq), detail)
+    if target.is_terminal():  # its goodput ledger, written once with its end
+        store_job_ledger(session.connection(), job_id)
     return row
 
 
@@ -203,6 +209,12 @@ class TakenJob:
 def take_job(session: Session, job_id: str, attempt: int, **fields: Any) -> TakenJob | None:
     """Move the job `queued → starting` at `attempt` (committed) and return its spec and owner;
     None, having changed nothing, when it is not queued at that attempt any more."""
+    # Why it waited (the scheduler's last reason), kept in the event for its goodput ledger.
+    waited = session.exec(select(Job.pending_reason).where(col(Job.id) == job_id)).first()
+    detail = event_detail(fields)
+    if waited:
+        detail["pending_reason"] = waited
+    fields = {**fields, "pending_reason": None, "queue_position": None}
     moved = move(
         session,
         job_id,
@@ -213,6 +225,7 @@ def take_job(session: Session, job_id: str, attempt: int, **fields: Any) -> Take
         col(Job.spec),
         col(Job.owner),
         col(Job.launcher_given),
+        detail=detail,
     )
     if moved is None:
         session.rollback()
@@ -256,6 +269,7 @@ def requeue(
         "finished_at": None,
         "last_heartbeat": None,
         "worker": None,
+        "pending_reason": None,
         "exit_code": None,
         "exit_reason": None,
         "message": f"{note}: {message}" if message else note,

@@ -267,7 +267,9 @@ def admit(
                     _reservation.c.released_at.is_(None),
                 ),
             )
-            .values(queue_position=None, pending_reason=None)
+            # The pending reason stays until a worker takes it: its goodput ledger says why it
+            # waited (`service.records.take_job`).
+            .values(queue_position=None)
             .returning(_job.c.spec)
         ).first()
         if taken is None:

@@ -295,6 +295,100 @@ def test_cancel_leaves_no_process_behind(stack: Stack, http: httpx.Client) -> No
     )
 
 
+# The goodput ledger against the program's own clock
+
+SAVES_AND_DIES = """\
+import json, os, signal, time
+
+import torch
+
+from jobs import runtime as lb
+
+STEPS, EVERY, KILL_AFTER, STEP_S, SAVE_S = 12, 4, 11, 0.4, 1.0
+
+
+class SlowState:
+    \"\"\"Saved with the checkpoint: its state_dict takes SAVE_S, inside the save.\"\"\"
+
+    def state_dict(self):
+        time.sleep(SAVE_S)
+        return {}
+
+
+with lb.distributed() as ctx:
+    model = lb.prepare_model(torch.nn.Linear(2, 1), ctx)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    step, saves = 0, []
+    state = lb.load_resume_state()
+    if state is not None:
+        lb.restore(state, model, optimizer)
+        step = state["step"]
+    attempt = int(os.environ["LAUNCHBAY_ATTEMPT"])
+    while step < STEPS:
+        time.sleep(STEP_S)
+        loss = model(torch.ones(4, 2)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        step += 1
+        lb.report(step, 0, loss=lb.reduce_mean(loss))
+        if step % EVERY == 0:
+            began = time.time()
+            lb.save_checkpoint(model, optimizer, SlowState(), step=step, epoch=0)
+            saves.append([began, time.time()])
+        if attempt == 1 and step == KILL_AFTER and ctx.rank == 0:
+            clock = {"attempt": 1, "saves": saves, "killed_at": time.time()}
+            print("clock " + json.dumps(clock), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+    if ctx.rank == 0:
+        print("clock " + json.dumps({"attempt": attempt, "saves": saves}), flush=True)
+"""
+
+
+def near(value: float, expected: float) -> bool:
+    """Within ±5 % or ±0.5 s of the program's own clock."""
+    return abs(value - expected) <= max(0.5, 0.05 * expected)
+
+
+def test_the_goodput_ledger_of_a_killed_and_resumed_job_follows_its_own_clock(
+    stack: Stack, http: httpx.Client
+) -> None:
+    """A program that sleeps 1 s inside each save (every 4 steps) and kills its rank 0 after
+    step 11: its retry resumes at step 8. `checkpoint_stall` is its saves as it timed them,
+    `lost_work` the time from the end of its last save to its death."""
+    files = {"file": ("saves_and_dies.py", SAVES_AND_DIES.encode(), "text/x-python")}
+    code_id = http.post("/v1/code", files=files).json()["code_id"]
+    spec = {
+        "name": "saves-and-dies",
+        "code": {"code_id": code_id, "entrypoint": "saves_and_dies.py"},
+        "nproc_per_node": 2,
+        "device": "cpu",
+        "max_retries": 1,
+    }
+    job_id = submit(http, spec)
+    job = stack.wait_for_state(http, job_id, {"succeeded"}, timeout=120)
+    assert job["attempt"] == 2, job
+    lines = http.get(f"/v1/jobs/{job_id}/logs", params={"rank": 0, "limit": 10_000}).json()
+    clocks = [json.loads(i["line"][6:]) for i in lines["items"] if i["line"].startswith("clock ")]
+    first, second = sorted(clocks, key=lambda c: c["attempt"])
+    saved = [end - began for began, end in first["saves"] + second["saves"]]
+    lost = first["killed_at"] - first["saves"][-1][1]
+
+    ledger = http.get(f"/v1/jobs/{job_id}/goodput").json()
+    parts = {part["name"]: part["seconds"] for part in ledger["parts"]}
+    assert sum(parts.values()) == ledger["wall_s"] and ledger["final"], ledger
+    assert len(saved) == 3 and near(parts["checkpoint_stall"], sum(saved)), (parts, saved)
+    assert near(parts["lost_work"], lost), (parts, lost)
+    assert parts["training"] > 0 and parts["retry_gap"] > 0 and parts["launch"] > 0
+    held = [p for p in ledger["parts"] if p["name"] not in ("queued", "retry_gap")]
+    assert all(p["device_seconds"] == 2 * p["seconds"] for p in held)
+    print(
+        f"\ngoodput: checkpoint_stall {parts['checkpoint_stall']:.2f} s (saves timed "
+        f"{sum(saved):.2f} s), lost_work {parts['lost_work']:.2f} s (the program's "
+        f"{lost:.2f} s), training {parts['training']:.2f} s, goodput {ledger['goodput']:.3f}"
+    )
+
+
 # R5
 
 
@@ -308,6 +402,11 @@ def test_a_job_that_makes_no_progress_is_a_hang(
     ran_s = seconds(job, "started_at", "finished_at")
     assert 3 <= ran_s <= 3 + GRACE_S + 3, ran_s
     assert wait_until(lambda: not job_processes(job_id), timeout=5)
+    # Its goodput ledger: from what the watchdog last saw (its start) to its stop, a hang.
+    ledger = http.get(f"/v1/jobs/{job_id}/goodput").json()
+    parts = {part["name"]: part["seconds"] for part in ledger["parts"]}
+    assert sum(parts.values()) == ledger["wall_s"] and ledger["final"], ledger
+    assert near(parts["hang"], 3.0) and parts["training"] == 0.0, parts
     print(f"\nR5: hang_timeout_s=3: failed (hang) {ran_s:.1f} s after it started")
 
 

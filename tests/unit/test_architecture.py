@@ -182,6 +182,7 @@ def test_the_client_loads_nothing_of_the_server() -> None:
 # Bottom first: each module of the records imports only those before it.
 STORE_LAYERS = [
     "webhook_outbox",
+    "goodput",
     "lifecycle",
     "nodes",
     "job_rows",
@@ -191,6 +192,7 @@ STORE_LAYERS = [
     "stream",
     "signals",
     "log_search",
+    "goodput_summary",
 ]
 
 

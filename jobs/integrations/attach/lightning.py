@@ -9,6 +9,7 @@ its `Trainer`.
 - Every checkpoint `Trainer.save_checkpoint` writes (each `ModelCheckpoint` file, a program's
   own call) is registered once it is complete, with the trainer's step and epoch; one a step
   (`save_last=True` saves the same state again as `last.ckpt`).
+- Each save and each validation is marked (`checkpoint_save`, `eval`: docs/goodput.md).
 - `fit()` without `ckpt_path`, in a retried attempt, resumes from the `.ckpt` Launchbay gives back.
 - Event files of the Trainer's TensorBoard loggers are not read again as TensorBoard scalars.
 """
@@ -31,6 +32,7 @@ from jobs.integrations.attach.common import (
 from jobs.runtime import env
 from jobs.runtime.events import close_events
 from jobs.runtime.failure import record_rank_finished
+from jobs.runtime.marks import CHECKPOINT_SAVE, EVAL, end_mark, marked, start_mark
 
 EXPLICIT = "LaunchbayLogger"
 CAPTURE_LOGGER = "LaunchbayCaptureLogger"
@@ -72,9 +74,27 @@ def logger_class(package: str) -> type:
     return LaunchbayCaptureLogger
 
 
+def marks_class(package: str) -> type:
+    """A Callback of `package` that marks each validation as an `eval` (docs/goodput.md)."""
+    base: Any = importlib.import_module(f"{package}.callbacks").Callback
+
+    class LaunchbayMarks(base):
+        def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+            start_mark(EVAL)
+
+        def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+            end_mark(EVAL, int(trainer.global_step))
+
+    return LaunchbayMarks
+
+
 def _init(original: Any, capture: CaptureHost, package: str) -> Any:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
+        try:
+            self.callbacks.append(marks_class(package)())
+        except Exception as exc:
+            capture.note(f"this Lightning Trainer's evaluations are not marked ({exc})")
         try:
             loggers = list(self.loggers)
             for logger in loggers:
@@ -119,7 +139,7 @@ _saved_steps: set[int] = set()
 
 def _save(original: Any, capture: CaptureHost) -> Any:
     def save_checkpoint(self: Any, filepath: Any, *args: Any, **kwargs: Any) -> Any:
-        with framework_saving():
+        with framework_saving(), marked(CHECKPOINT_SAVE, int(self.global_step)):
             result = original(self, filepath, *args, **kwargs)
         # Trainer.save_checkpoint ends at a barrier: the file is complete on every rank.
         step, epoch = int(self.global_step), int(self.current_epoch)

@@ -23,6 +23,7 @@ from jobs.integrations.attach.common import (
     register_checkpoint,
     resume_path,
 )
+from jobs.integrations.phases import phases
 from jobs.integrations.transformers import LaunchbayCallback
 
 TRAINER_STATE = "trainer_state.json"
@@ -53,6 +54,7 @@ class CaptureCallback(LaunchbayCallback):
 
     def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         every_rank_saved()
+        phases.saved(int(state.global_step))
         if not state.is_world_process_zero:
             return
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"

@@ -95,7 +95,8 @@ def test_a_ddp_model_is_saved_unwrapped_and_loads_strictly_into_a_plain_one(
         assert torch.equal(plain.state_dict()[name], value)
     assert (state["step"], state["epoch"], state["sampler_position"]) == (120, 1, 7)
     assert state["extra"] == {"note": "x"} and state["world_size"] == 1
-    (line,) = [json.loads(raw) for raw in events_file.read_text().splitlines()]
+    mark, line = [json.loads(raw) for raw in events_file.read_text().splitlines()]
+    assert mark["type"] == "checkpoint_save" and mark["start"] <= mark["end"] <= line["ts"]
     assert line == {
         "type": "checkpoint",
         "path": "step-000000120.pt",
