@@ -139,6 +139,17 @@ def _chart(driver: "WebDriver", metric: str, key: str) -> Any:
     )
 
 
+def _goodput_parts(driver: "WebDriver", within: str) -> dict[str, float]:
+    """The parts a goodput bar draws, by name: their seconds."""
+    parts = js(
+        driver,
+        "return [...document.querySelectorAll(arguments[0] + ' .goodput-part')]"
+        ".map(p => [p.dataset.part, Number(p.dataset.seconds)])",
+        within,
+    )
+    return dict(parts or [])
+
+
 def _choose(driver: "WebDriver", selector: str, value: str) -> None:
     js(
         driver,
@@ -174,6 +185,7 @@ def test_a_days_runs_read_at_a_glance(sqlite_stack: Stack, browser: "WebDriver")
         long_row,
     )
     assert names == ["loss", "val_loss", "accuracy"], names
+    wait("each job's goodput bar", lambda: _goodput_parts(driver, long_row))
     save_screenshot(driver, "dashboard-jobs-1400.png")
 
     # The failed job says why it has no metric.
@@ -187,6 +199,13 @@ def test_a_days_runs_read_at_a_glance(sqlite_stack: Stack, browser: "WebDriver")
     # The long job: 36 retired checkpoints are one timeline entry, which opens to list them.
     driver.get(f"{sqlite_stack.url}/#/jobs/{ids['long']}")
     wait("the loss chart", lambda: _chart(driver, "loss", "series") == "1")
+    # Where its time went: one bar, its parts in the legend, as GET …/goodput says.
+    ledger = wait("the goodput bar", lambda: _goodput_parts(driver, "#goodput-panel"))
+    with sqlite_stack.client() as http:
+        answer = http.get(f"/v1/jobs/{ids['long']}/goodput").json()
+    assert ledger == {p["name"]: p["seconds"] for p in answer["parts"] if p["seconds"] > 0}
+    assert "training" in ledger, ledger
+    assert text_of(driver, "#goodput-panel .goodput-headline").startswith("Goodput ")
     groups = "#timeline [data-state=checkpoint_deleted]"
     assert js(driver, "return document.querySelectorAll(arguments[0]).length", groups) == 1
     retired = EPOCHS - KEEP_LAST
@@ -289,6 +308,21 @@ def test_a_days_runs_read_at_a_glance(sqlite_stack: Stack, browser: "WebDriver")
     assert no_horizontal_overflow(driver)
     save_screenshot(driver, "dashboard-runs-1400.png")
 
+    # Goodput of the period: the bar of device-hours, a bar per day, the jobs that lost most.
+    driver.get(f"{sqlite_stack.url}/#/goodput?since=7d")
+    wait("the period's bar", lambda: _goodput_parts(driver, "#goodput-period"))
+    days = js(driver, "return document.querySelectorAll('#goodput-days li').length")
+    assert days == 7, days
+    held = js(driver, "return document.querySelectorAll('#goodput-days li .goodput-bar').length")
+    assert held >= 1, held  # the day the seeded jobs ended
+    lost = js(
+        driver,
+        "return [...document.querySelectorAll('#goodput-lost tr[data-job-id]')]"
+        ".map(tr => tr.dataset.jobId)",
+    )
+    assert ids["long"] in lost and ids["short"] in lost, lost
+    save_screenshot(driver, "dashboard-goodput-1400.png")
+
     # 800 px: nothing wider than the window.
     driver.set_window_size(800, 1000)
     for page, shot in (
@@ -296,6 +330,7 @@ def test_a_days_runs_read_at_a_glance(sqlite_stack: Stack, browser: "WebDriver")
         (f"#/jobs/{ids['long']}", "dashboard-job-800.png"),
         ("#/runs?tag=sweep=lr", "dashboard-runs-800.png"),
         (f"#/compare?ids={ids['long']},{ids['short']}", "dashboard-compare-800.png"),
+        ("#/goodput", "dashboard-goodput-800.png"),
     ):
         driver.get(f"{sqlite_stack.url}/{page}")
         wait(

@@ -113,6 +113,8 @@ export const api = {
   listMetrics: (id, params, signal) => request("GET", `${job(id)}/metrics`, { params, signal }),
   listLogs: (id, params, signal) => request("GET", `${job(id)}/logs`, { params, signal }),
   getTimeline: (id, signal) => request("GET", `${job(id)}/timeline`, { signal }),
+  getGoodput: (id, signal) => request("GET", `${job(id)}/goodput`, { signal }),
+  getGoodputSummary: (params, signal) => request("GET", "/v1/goodput", { params, signal }),
   // Whether the token is an admin's (only an admin lists tokens); asked once per tab.
   isAdmin: async (signal) => {
     const known = sessionStorage.getItem("launchbay.is-admin");

@@ -3,6 +3,7 @@
 import { clearToken, getToken, onUnauthorized } from "./api.js";
 import { currentRoute, errorPanel, hideBanner, showBanner } from "./dom.js";
 import { renderCompare } from "./views/compare.js";
+import { renderGoodput } from "./views/goodput.js";
 import { renderJob } from "./views/job.js";
 import { renderJobs } from "./views/jobs.js";
 import { renderRuns } from "./views/runs.js";
@@ -16,6 +17,7 @@ const routes = [
   { pattern: /^\/submit$/, render: renderSubmit, nav: "submit" },
   { pattern: /^\/compare$/, render: renderCompare, nav: "jobs" },
   { pattern: /^\/runs$/, render: renderRuns, nav: "runs" },
+  { pattern: /^\/goodput$/, render: renderGoodput, nav: "goodput" },
 ];
 
 let context = null;

@@ -7,6 +7,7 @@ import { api } from "../api.js";
 import { ChartSettings } from "../chart-settings.js";
 import { MetricCharts } from "../charts.js";
 import { CheckpointTable } from "../checkpoints.js";
+import { goodputBar } from "../goodput.js";
 import { TERMINAL, describeError, firstLine, formatDuration, formatTime, h, parseTime, stateBadge } from "../dom.js";
 import { LogViewer } from "../logs.js";
 import { DeliveriesPanel, StacksPanel } from "../operations.js";
@@ -35,6 +36,7 @@ export async function renderJob(ctx) {
   chartControls.hidden = true; // until a metric comes
   const logBox = h("div", { id: "logs" });
   const checkpointBox = h("div", { id: "checkpoints" });
+  const goodputBox = h("div", { id: "goodput-panel" }, h("p", { class: "muted" }, "…"));
   const multiNode = (job.spec.nnodes || 1) > 1;
   const nodeBox = h("div", { id: "nodes" });
   const stacksBox = h("div", { id: "stacks-panel" });
@@ -69,6 +71,7 @@ export async function renderJob(ctx) {
       ),
       summary,
       section("Timeline", timeline),
+      section("Goodput", goodputBox),
       section("Metrics", chartControls, noMetrics, charts),
       section("Logs", logBox),
       section("Checkpoints", checkpointBox),
@@ -103,6 +106,13 @@ export async function renderJob(ctx) {
     noMetrics.textContent = noMetricsText(job);
     logs.setEnded(TERMINAL.has(job.state));
   };
+  // Where the job's time went so far; read again with the job, at most every REFRESH_MS.
+  let goodputRead = 0;
+  const refreshGoodput = async () => {
+    if (Date.now() - goodputRead < REFRESH_MS && !TERMINAL.has(job.state)) return;
+    goodputRead = Date.now();
+    goodputBox.replaceChildren(goodputBar(await api.getGoodput(id, ctx.signal)));
+  };
   const refreshNodes = async () => {
     if (multiNode) nodeBox.replaceChildren(nodeTable((await api.listNodes(id, ctx.signal)).items));
   };
@@ -110,6 +120,7 @@ export async function renderJob(ctx) {
     job = await api.getJob(id, ctx.signal);
     show();
     refreshNodes().catch(() => {});
+    refreshGoodput().catch(() => {});
     refreshOperations();
     return job;
   };
@@ -117,6 +128,7 @@ export async function renderJob(ctx) {
   refreshOperations();
   checkpoints.refresh(ctx.signal).catch(() => {});
   refreshNodes().catch(() => {});
+  refreshGoodput().catch(() => {});
 
   const cursors = await loadHistory(id, ctx.signal, { timeline, metricCharts, noMetrics, logs });
   chartControls.hidden = !noMetrics.hidden;

@@ -2,6 +2,7 @@
 // (for an admin) owner; pick jobs to compare their runs.
 
 import { api } from "../api.js";
+import { GoodputBars } from "../goodput.js";
 import {
   STATES,
   TERMINAL,
@@ -117,6 +118,7 @@ export async function renderJobs(ctx) {
   );
 
   const rows = new Map();
+  const bars = new GoodputBars(ctx.signal);
   const refresh = async () => {
     const page = await api.listJobs({ ...query, limit: PAGE_SIZE }, ctx.signal);
     problem.replaceChildren();
@@ -134,6 +136,7 @@ export async function renderJobs(ctx) {
         rows.set(job.id, row);
       }
       updateRow(row, job, now);
+      bars.update(job.id, row.goodput);
       if (tbody.children[index] !== row.tr) tbody.insertBefore(row.tr, tbody.children[index] || null);
     });
     for (const [id, row] of rows) {
@@ -189,8 +192,12 @@ function newRow(id, afterCancel, onSelect) {
   cells.state.append(badge, outcome);
   const cancel = cancelButton(id, afterCancel);
   cells.actions.append(cancel);
+  // Where its time went, under its progress (kept apart: the progress cell is redrawn).
+  const progress = h("div");
+  const goodput = h("div", { class: "goodput-cell" });
+  cells.progress.append(progress, goodput);
   const tr = h("tr", { dataset: { jobId: id } }, Object.values(cells));
-  return { tr, cells, link, cancel, badge, outcome };
+  return { tr, cells, link, cancel, badge, outcome, progress, goodput };
 }
 
 function updateRow(row, job, now) {
@@ -206,7 +213,7 @@ function updateRow(row, job, now) {
   row.outcome.hidden = !((job.exit_reason && job.exit_reason !== "completed") || message || warnings.length);
   const { step, total_steps: total } = job.progress;
   const progressKey = `${step}/${total}`;
-  setOnce(row.cells.progress, progressKey, () => progressCell(step, total));
+  setOnce(row.progress, progressKey, () => progressCell(step, total));
   const headline = headlineMetrics(job);
   setOnce(row.cells.metrics, JSON.stringify(headline), () => metricList(headline));
   row.cells.attempt.textContent = String(job.attempt);
