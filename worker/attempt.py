@@ -219,6 +219,7 @@ def _run(
             rendezvous=taken.rendezvous,
             announce=None if ref.node is None else announcer(services.engine, ref),
             job_user=job_user,
+            owner=taken.owner,
         )
         result.outcome, result.survivors = monitor.run()
         if monitor.tree is not None:

@@ -10,7 +10,8 @@ One JSON object per line, appended by rank 0:
     {"type": "checkpoint", "path": "step-000120.pt", "step": 120, "epoch": 1, "metrics": {...}}
 
 A line that breaks the format (bad JSON, wrong types, non-finite numbers, values the database
-columns cannot hold) raises `InvalidEvent`; the caller skips and counts it.
+columns cannot hold, a metric named as Launchbay's own system metrics) raises `InvalidEvent`;
+the caller skips and counts it.
 """
 
 import json
@@ -18,6 +19,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from jobs.contract.system_metrics import SYSTEM_PREFIX, is_system_metric
 
 METRIC = "metric"
 CHECKPOINT = "checkpoint"
@@ -103,6 +106,11 @@ def _metrics(value: Any, *, required: bool) -> dict[str, float]:
     for name, number in value.items():
         if not name or len(name) > MAX_METRIC_NAME or "\x00" in name:
             raise InvalidEvent(f"metric names must be 1..{MAX_METRIC_NAME} characters")
+        if required and is_system_metric(name):
+            raise InvalidEvent(
+                f"metric {name!r}: names starting with {SYSTEM_PREFIX!r} are Launchbay's own "
+                "system metrics"
+            )
         metrics[name] = _number(number, f"metric {name!r}")
     return metrics
 

@@ -3,9 +3,9 @@ callbacks=[LaunchbayCallback()])`` and ``trainer.train(resume_from_checkpoint=
 resume_from_checkpoint())``.
 
 - Every dict Trainer logs (loss, learning_rate, grad_norm, eval_*) becomes a metric line at
-  `state.global_step`; Trainer's float epoch (2.5) gives the line its whole part and stays
-  exact as the metric `epoch` (once a step: Trainer logs it with the loss and again with the
-  evaluation).
+  `state.global_step`, with Trainer's `max_steps` as its `total_steps` (the job's ETA);
+  Trainer's float epoch (2.5) gives the line its whole part and stays exact as the metric
+  `epoch` (once a step: Trainer logs it with the loss and again with the evaluation).
 - Each checkpoint Trainer saves (``<output_dir>/checkpoint-<step>/``) is registered whole, as
   a directory checkpoint (weights, trainer state, optimizer, scheduler, every rank's RNG
   state), once every rank has written its part, with `output_dir` set to
@@ -54,6 +54,12 @@ def resume_from_checkpoint() -> str | None:
     return str(folder) if folder.is_dir() else None
 
 
+def planned_steps(state: Any) -> int | None:
+    """The steps Trainer will run (`state.max_steps`, known once training starts), or None."""
+    steps = getattr(state, "max_steps", None)
+    return int(steps) if isinstance(steps, int) and steps > 0 else None
+
+
 class LaunchbayCallback(TrainerCallback):
     """Reports Trainer's logs and registers its checkpoints (world process zero only)."""
 
@@ -65,7 +71,7 @@ class LaunchbayCallback(TrainerCallback):
         values = dict(logs)
         if "epoch" not in values and state.epoch is not None:
             values["epoch"] = state.epoch
-        report(int(state.global_step), values)
+        report(int(state.global_step), values, planned_steps(state))
 
     def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         every_rank_saved()  # each rank writes its own RNG state into the directory
