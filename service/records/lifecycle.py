@@ -246,6 +246,8 @@ def requeue(
         "started_at": None,
         "finished_at": None,
         "last_heartbeat": None,
+        "eta_s": None,
+        "eta_at": None,
         "worker": None,
         "exit_code": None,
         "exit_reason": None,
