@@ -31,6 +31,7 @@ BENCHMARKS = {
     "demo": "bench.d1_demo",
     "walk": "bench.newcomer_walk",
     "capture": "bench.p13_capture",
+    "gpusampler": "bench.p14_gpu_sampler",
 }
 
 

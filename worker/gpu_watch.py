@@ -90,6 +90,11 @@ class GpuWatch:
             target=self._run, name=f"gpu-watch-{ref.job_id}-{ref.attempt}", daemon=True
         )
 
+    @property
+    def native_id(self) -> int | None:
+        """The thread's id for the kernel once started (its CPU time, in the benchmark)."""
+        return self._thread.native_id
+
     def start(self) -> "GpuWatch":
         self._thread.start()
         return self
