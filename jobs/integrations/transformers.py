@@ -28,6 +28,7 @@ from jobs.integrations.attach.common import (
     register_checkpoint,
     report,
 )
+from jobs.integrations.values import planned_steps
 from jobs.runtime import env
 from jobs.runtime.failure import record_rank_finished
 
@@ -54,12 +55,6 @@ def resume_from_checkpoint() -> str | None:
     return str(folder) if folder.is_dir() else None
 
 
-def planned_steps(state: Any) -> int | None:
-    """The steps Trainer will run (`state.max_steps`, known once training starts), or None."""
-    steps = getattr(state, "max_steps", None)
-    return int(steps) if isinstance(steps, int) and steps > 0 else None
-
-
 class LaunchbayCallback(TrainerCallback):
     """Reports Trainer's logs and registers its checkpoints (world process zero only)."""
 
@@ -71,7 +66,7 @@ class LaunchbayCallback(TrainerCallback):
         values = dict(logs)
         if "epoch" not in values and state.epoch is not None:
             values["epoch"] = state.epoch
-        report(int(state.global_step), values, planned_steps(state))
+        report(int(state.global_step), values, planned_steps(state.max_steps))
 
     def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         every_rank_saved()  # each rank writes its own RNG state into the directory

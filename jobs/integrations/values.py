@@ -31,3 +31,9 @@ def report_values(step: int, values: dict[str, Any], total_steps: int | None = N
     if not metrics:
         return False
     return write_event(metric_line(step, epoch, metrics, total_steps=total_steps))
+
+
+def planned_steps(steps: Any) -> int | None:
+    """A framework's planned steps as the line's `total_steps` (Trainer's `state.max_steps`,
+    known once training starts, 0 or -1 before): a positive integer, else None."""
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
