@@ -108,8 +108,11 @@ class GpuWatch:
     def _run(self) -> None:
         run_in_batches()
         while not self._halt.wait(self.interval_s):
-            if not self.sample():
-                return
+            try:
+                if not self.sample():
+                    return
+            except Exception:  # a reader's surprise must not end the watch (nor the job)
+                log.exception("%s: sampling its GPUs failed", self.ref)
 
     def sample(self) -> bool:
         """Read, store and judge one sample (also called directly by tests and the bench);
@@ -125,7 +128,7 @@ class GpuWatch:
             return False
         except SQLAlchemyError as exc:
             log.warning("%s: storing the GPUs' readings failed: %s", self.ref, exc)
-        if self.judge is not None:
+        if self.judge is not None and self.stop_message is None:  # a stop is said once
             verdict = self.judge.observe(time.monotonic(), samples)
             if verdict is not None:
                 self._act(verdict)
@@ -156,10 +159,10 @@ SAMPLE_JOIN_S = 15.0
 def gpu_watch_for(
     engine: Engine, ref: AttemptRef, plan: LaunchPlan, owner: str | None, interval_s: float
 ) -> GpuWatch | None:
-    """The watch of an attempt's GPUs, with its owner's idle-GPU policy; None when it holds no
-    GPU or none of them can be read here."""
+    """The watch of an attempt's GPUs, with its owner's idle-GPU policy, started; None when it
+    holds no GPU or none of them can be read here."""
     gpus = job_gpus(plan)
-    reader = open_gpu_reader(gpus)
+    reader = open_gpu_reader(gpus) if gpus else None
     if reader is None:
         return None
     policy = None
@@ -169,4 +172,4 @@ def gpu_watch_for(
     except SQLAlchemyError as exc:
         log.warning("%s: the idle-GPU policy could not be read (none applies): %s", ref, exc)
     log.info("%s: sampling GPUs %s through %s", ref, ",".join(gpus), reader.name)
-    return GpuWatch(engine, ref, reader, interval_s=interval_s, policy=policy)
+    return GpuWatch(engine, ref, reader, interval_s=interval_s, policy=policy).start()

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
@@ -20,10 +21,12 @@ from service import records
 from service.db import session_scope
 from service.scheduling.idle_gpu import idle_gpu_policy_of
 from tests.integration.test_api_jobs import assert_error_body
+from worker import gpu_watch
 from worker.attempt_end import record_outcome
 from worker.gpu_sampler import GpuSample
 from worker.gpu_watch import GpuWatch
 from worker.ingest import Ingestor
+from worker.launch import LaunchPlan
 from worker.stops import StopOutcomes, StopReason
 
 UTIL = "system/gpu{}/utilization_percent"
@@ -112,6 +115,40 @@ def test_gpu_readings_are_system_metrics_apart_from_the_program_s(
     assert job["progress"]["step"] == 1
     charted = api.get(f"/v1/jobs/{job_id}/metrics", params={"max_points": 10}).json()["items"]
     assert {p["name"] for p in charted} == names  # the dashboard's charts read them too
+
+
+def test_an_attempt_s_watch_reads_its_gpus_from_the_start_with_its_owner_s_policy(
+    engine: Engine, api: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stop = {"below_percent": 50, "for_s": 0.01, "action": "stop"}
+    assert api.put("/v1/policies/carol", json={"idle_gpu": stop}).status_code == 200
+    job_id = running_job(engine, owner="carol")
+    opened: list[list[str]] = []
+
+    def scripted(devices: list[str]) -> ScriptedGpus:
+        opened.append(devices)
+        return reader
+
+    reader = ScriptedGpus((1.0, 2.0))
+    monkeypatch.setattr(gpu_watch, "open_gpu_reader", scripted)
+    cpu_plan = LaunchPlan([], {"CUDA_VISIBLE_DEVICES": "0,1"}, Path("."), cuda_available=False)
+    ref = AttemptRef(job_id, 1)
+    assert gpu_watch.gpu_watch_for(engine, ref, cpu_plan, "carol", 0.01) is None
+    plan = LaunchPlan([], {"CUDA_VISIBLE_DEVICES": "0,1"}, Path("."), cuda_available=True)
+    watch = gpu_watch.gpu_watch_for(engine, ref, plan, "carol", 0.01)
+    assert watch is not None and opened == [["0", "1"]]
+    try:
+        deadline = time.monotonic() + 20
+        while watch.stop_message is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        watch.stop()
+    assert watch.samples >= 2 and reader.closed
+    assert watch.stop_message is not None and "2 GPU(s) stayed below 50%" in watch.stop_message
+    timeline = api.get(f"/v1/jobs/{job_id}/timeline").json()["items"]
+    assert [i["data"]["action"] for i in timeline if i["event"] == "idle_gpu"] == ["stop"]
+    points = api.get(f"/v1/jobs/{job_id}/metrics", params={"name": UTIL.format(1)}).json()
+    assert points["items"] and all(p["value"] == 2.0 for p in points["items"])
 
 
 def test_idle_gpus_warn_once_then_a_stop_policy_ends_the_job_idle_gpu(
