@@ -5,10 +5,11 @@ Every `Settings.worker_poll_s`:
 
     record new processes -> ingest logs, events, checkpoints -> starting→running once the
     ranks are up -> note elastic restarts -> launcher exited? -> worker shutdown / job no
-    longer ours / timeout / hang / cancel?
+    longer ours / timeout / hang / cancel / idle GPUs?
 
 The attempt's heartbeat runs beside the loop (`worker.heartbeat`); what it reads back (the job
-taken away, or cancelling) is one of the reasons to stop. A cancel arrives by one channel: the
+taken away, or cancelling) is one of the reasons to stop. So does, for a job that holds GPUs,
+the watch of its GPUs (`worker.gpu_watch`), whose idle-GPU verdict is another. A cancel arrives by one channel: the
 job's `cancelling` state, which the loop also reads itself every `CANCEL_CHECK_S`.
 
 Whatever ends the loop, every process of the job is stopped before it returns (a cancelled
