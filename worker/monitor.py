@@ -8,9 +8,10 @@ Every `Settings.worker_poll_s`:
     longer ours / timeout / hang / cancel / idle GPUs?
 
 The attempt's heartbeat runs beside the loop (`worker.heartbeat`); what it reads back (the job
-taken away, or cancelling) is one of the reasons to stop. So does, for a job that holds GPUs,
-the watch of its GPUs (`worker.gpu_watch`), whose idle-GPU verdict is another. A cancel arrives by one channel: the
-job's `cancelling` state, which the loop also reads itself every `CANCEL_CHECK_S`.
+taken away, or cancelling) is one of the reasons to stop; for a job that holds GPUs, so is the
+idle-GPU verdict of the watch of its GPUs beside it (`worker.gpu_watch`). A cancel arrives by
+one channel: the job's `cancelling` state, which the loop also reads itself every
+`CANCEL_CHECK_S`.
 
 Whatever ends the loop, every process of the job is stopped before it returns (a cancelled
 job is `cancelled` only once nothing of it runs). Each database write is a short session of
