@@ -33,7 +33,8 @@ BENCHMARKS = {
     "capture": "bench.p13_capture",
     "chartpan": "bench.f10_chart_pan",
     "warm": "bench.p2_warm",
-    "goodput": "bench.p14_goodput",
+    "goodput": "bench.g1_goodput",
+    "gpusampler": "bench.p14_gpu_sampler",
 }
 
 

@@ -71,6 +71,8 @@ class Progress(ApiModel):
     step: int | None = None
     epoch: int | None = None
     total_steps: int | None = None
+    # Seconds left at the recent step rate while the job runs, else None.
+    eta_s: float | None = None
 
 
 class Job(ApiModel):

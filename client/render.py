@@ -336,7 +336,23 @@ def _progress_text(progress: dict[str, Any]) -> str:
         parts.append(f"step {step}" + (f"/{total}" if total else ""))
     if epoch is not None:
         parts.append(f"epoch {epoch}")
+    if progress.get("eta_s") is not None:
+        parts.append(f"{format_eta(progress['eta_s'])} left")
     return ", ".join(parts)
+
+
+def format_eta(seconds: Any) -> str:
+    """`45s`, `3m20s`, `2h05m`: the time a running job has left (`progress.eta_s`)."""
+    if not isinstance(seconds, int | float) or seconds != seconds or seconds < 0:
+        return "?"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
 
 
 def _cell(value: Any, column: str = "") -> str:

@@ -17,18 +17,22 @@ from typing import Any
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.text import Text
 
 from client.errors import ApiError, ConnectionFailed
 from client.models import Event, Job
-from client.render import STATE_STYLES, format_log, format_number, state_text
+from client.render import STATE_STYLES, format_eta, format_log, format_number, state_text
 from client.sdk import Client
 
 EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 2}
 """How `watch` and `submit --wait` exit for each terminal state."""
 
 LOG_LINES = 8
+# How often a followed job is read again while its events come (its `progress.eta_s`).
+JOB_REFRESH_S = 10.0
+# Launchbay's own metrics (jobs/contract/system_metrics.py): charts, not the job's values.
+SYSTEM_PREFIX = "system/"
 
 
 def exit_code_for(job: Job) -> int:
@@ -48,6 +52,12 @@ def describe_end(job: Job) -> Text:
     return text
 
 
+def eta_of(job: dict[str, Any]) -> tuple[float, float] | None:
+    """(the job's `progress.eta_s`, now on the monotonic clock), or None when it has none."""
+    eta_s = (job.get("progress") or {}).get("eta_s")
+    return None if eta_s is None else (float(eta_s), time.monotonic())
+
+
 class JobView:
     """What the live display shows. Updated by the follower, drawn by rich's refresh thread."""
 
@@ -58,14 +68,15 @@ class JobView:
         self.last_seq = 0
         self.lines: deque[str] = deque(maxlen=LOG_LINES)
         self.checkpoint: str | None = None
+        # The job's `progress.eta_s` and when it was read (monotonic): counted down between reads.
+        self.eta = eta_of(job)
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("time left", style="dim"),
-            TimeRemainingColumn(),
+            TextColumn("{task.fields[left]}", style="dim"),
         )
-        self._task = self.progress.add_task("step", total=None)
+        self._task = self.progress.add_task("step", total=None, left="")
         self._sync_progress()
 
     def apply(self, event: Event) -> None:
@@ -90,8 +101,16 @@ class JobView:
 
     def replace_job(self, job: dict[str, Any]) -> None:
         with self._lock:
-            self.job = job
+            self.job, self.eta = job, eta_of(job)
             self._sync_progress()
+
+    def time_left(self, now: float | None = None) -> str:
+        """`time left 3m20s` at the job's recent rate (the API's estimate), or ``."""
+        if self.eta is None or self.job.get("state") != "running":
+            return ""
+        eta_s, read_at = self.eta
+        since = (time.monotonic() if now is None else now) - read_at
+        return f"time left {format_eta(max(0.0, eta_s - since))}"
 
     def add_log(self, item: dict[str, Any]) -> None:
         with self._lock:
@@ -129,6 +148,7 @@ class JobView:
             saved = Text(f"last {self.checkpoint}" if self.checkpoint else "no checkpoint yet")
             saved.stylize("dim" if not self.checkpoint else "green")
             warned = [Text(f"warning: {w}", style="yellow") for w in job.get("warnings") or []]
+            self.progress.update(self._task, left=self.time_left())
             return Group(header, self.progress, metrics, saved, *warned, logs)
 
     def _add_line(self, line: str, shown_live: bool = True) -> None:
@@ -138,6 +158,8 @@ class JobView:
             self.lines.append(line)
 
     def _apply_metric(self, data: dict[str, Any]) -> None:
+        if str(data.get("name", "")).startswith(SYSTEM_PREFIX):
+            return
         latest = self.job.setdefault("latest_metrics", {})
         if isinstance(data.get("metrics"), dict):
             latest.update(data["metrics"])
@@ -157,7 +179,9 @@ class JobView:
             unit, total, done = "epoch", epochs, progress.get("epoch")
         else:
             unit, total, done = "step", None, progress.get("step")
-        self.progress.update(self._task, description=unit, total=total, completed=done or 0)
+        self.progress.update(
+            self._task, description=unit, total=total, completed=done or 0, left=self.time_left()
+        )
 
 
 def follow_job(client: Client, job_id: str, console: Console, poll_s: float = 1.0) -> Job:
@@ -174,10 +198,12 @@ def follow_job(client: Client, job_id: str, console: Console, poll_s: float = 1.
     )
     with display:
         try:
+            read_at = time.monotonic()
             for event in client.stream_events(job_id, str(show_tail(client, job_id, view))):
                 view.apply(event)
-                if event.event == "state":
+                if event.event == "state" or time.monotonic() - read_at >= JOB_REFRESH_S:
                     view.replace_job(client.get_job(job_id).model_dump(mode="json"))
+                    read_at = time.monotonic()
         except (ConnectionFailed, ApiError) as exc:
             view.note(f"event stream lost: {exc}; polling instead")
             _poll(client, job_id, view, poll_s)

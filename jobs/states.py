@@ -107,6 +107,9 @@ class ExitReason(StrEnum):
     # Stopped to make room for another job (the dispatcher's preemption for a job of higher
     # priority, or Slurm's); queued again without using a retry (docs/scheduling.md).
     PREEMPTED = "preempted"
+    # Stopped by its owner's idle-GPU policy: every GPU it held stayed below the policy's
+    # utilisation for the policy's time (docs/scheduling.md); not retried.
+    IDLE_GPU = "idle_gpu"
 
 
 # Worker-side failures that retry the job while `max_retries` allow (docs/reliability.md):

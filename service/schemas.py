@@ -1,5 +1,6 @@
 """Response bodies. Requests are `jobs.spec.JobSpec` (jobs) or small models beside routes."""
 
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -35,6 +36,16 @@ class Progress(BaseModel):
     step: int | None
     epoch: int | None
     total_steps: int | None
+    # Seconds left at the recent step rate while running (`eta_left`), else null.
+    eta_s: float | None
+
+
+def eta_left(job: Job, now: float | None = None) -> float | None:
+    """A running job's seconds left: the worker's estimate, counted down since it was made."""
+    if job.state != "running" or job.eta_s is None or job.eta_at is None:
+        return None
+    since = max(0.0, (time.time() if now is None else now) - job.eta_at)
+    return round(max(0.0, job.eta_s - since), 1)
 
 
 class JobPublic(JobBase):
@@ -61,7 +72,10 @@ class JobPublic(JobBase):
             "pending_reason": data.pending_reason if queued else None,
             "spec": masked_spec(data.spec),
             "progress": Progress(
-                step=data.progress_step, epoch=data.progress_epoch, total_steps=data.total_steps
+                step=data.progress_step,
+                epoch=data.progress_epoch,
+                total_steps=data.total_steps,
+                eta_s=eta_left(data),
             ),
             "latest_metrics": data.latest_metrics or {},
         }

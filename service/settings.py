@@ -83,6 +83,8 @@ class Settings(BaseSettings):
     worker_poll_s: float = Field(default=0.1, gt=0)
     # How often a worker, and the supervisor of each running job, heartbeat.
     heartbeat_interval_s: float = Field(default=5.0, gt=0)
+    # How often the supervisor of a job that holds GPUs samples them (worker/gpu_watch.py).
+    gpu_sample_interval_s: float = Field(default=10.0, gt=0)
     # The ranks' collective timeout when the spec sets no hang_timeout_s (docs/reliability.md).
     collective_timeout_s: int = Field(default=1800, ge=1)
     # The address other nodes of a multi-node job reach this worker at (its rendezvous endpoint

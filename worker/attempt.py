@@ -231,6 +231,7 @@ def _run(
                 has_pool=services.warm_pool is not None,
             ),
             warm_pool=services.warm_pool,
+            owner=taken.owner,
         )
         result.outcome, result.survivors = monitor.run()
         if monitor.tree is not None:

@@ -44,6 +44,7 @@ from worker.events import (
 )
 from worker.goodput_marks import AttemptMarker
 from worker.log_metrics import LogMetrics
+from worker.step_rate import StepRate
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +165,9 @@ class Ingestor:
         self._logs: list[NewLogLine] = []
         self._points: list[NewMetricPoint] = []
         self._progress: dict[str, Any] = {}
+        # The recent step rate, and the total it is heading for: the job's ETA.
+        self.step_rate = StepRate()
+        self.total_steps: int | None = None
         self._next_read = 0.0
         # An event stream watches the job: read and store every poll.
         self.live = False
@@ -193,6 +197,8 @@ class Ingestor:
                 printed = self.log_metrics.points(lines, now)
                 self.metric_points_seen += len(printed)
                 self._points += printed
+                for point in printed:
+                    self._note_step(point.step, point.ts, now)
         lines = self.events.drain() if final else self.events.read_lines()
         for line in lines:
             self.events_lines += 1
@@ -212,9 +218,17 @@ class Ingestor:
                 self.metric_points_seen += len(new_points)
                 self._points += new_points
                 if event.total_steps is not None:
-                    self._progress["total_steps"] = event.total_steps
+                    self._progress["total_steps"] = self.total_steps = event.total_steps
+                self._note_step(event.step, event.ts, now)
             else:
                 self.on_checkpoint(event)
+
+    def _note_step(self, step: int | None, ts: float | None, now: float) -> None:
+        """The job's ETA after a point of `step` (`worker.step_rate`)."""
+        if self.step_rate.observe(step, ts, now):
+            estimate = self.step_rate.estimate(self.total_steps)
+            self._progress["eta_s"] = None if estimate is None else estimate.eta_s
+            self._progress["eta_at"] = None if estimate is None else estimate.at
 
     def _note_invalid(self, number: int, exc: InvalidEvent, now: float) -> None:
         """The first few reasons go to rank 0's log, where the job's user reads."""

@@ -5,14 +5,17 @@ Every `Settings.worker_poll_s`:
 
     record new processes -> ingest logs, events, checkpoints -> starting→running once the
     ranks are up -> note elastic restarts -> launcher exited? -> worker shutdown / job no
-    longer ours / timeout / hang / cancel?
+    longer ours / timeout / hang / cancel / idle GPUs?
 
-The ranks start warm or cold (`worker.warm_start`). The attempt's heartbeat runs beside the loop
-(`worker.heartbeat`); what it reads back (the job taken away, or cancelling) is one of the reasons
-to stop. A cancel arrives by one channel: the job's `cancelling` state, which the loop also reads
-itself every `CANCEL_CHECK_S`. Whatever ends the loop, every process of the job is stopped before
-it returns (a cancelled job is `cancelled` only once nothing of it runs). Each database write is
-a short session of its own; none is open while the ranks run.
+The ranks start warm or cold (`worker.warm_start`). The attempt's heartbeat runs beside the
+loop (`worker.heartbeat`); what it reads back (the job taken away, or cancelling) is one of the
+reasons to stop; for a job that holds GPUs, so is the idle-GPU verdict of the watch of its GPUs
+beside it (`worker.gpu_watch`). A cancel arrives by one channel: the job's `cancelling` state,
+which the loop also reads itself every `CANCEL_CHECK_S`.
+
+Whatever ends the loop, every process of the job is stopped before it returns (a cancelled
+job is `cancelled` only once nothing of it runs). Each database write is a short session of
+its own; none is open while the ranks run.
 """
 
 import logging
@@ -35,19 +38,19 @@ from service.records import (
 )
 from service.scheduling.preemption import preemption_of
 from service.settings import Settings
-from worker import outcome_warnings as notes
 from worker.cgroups import JobCgroup, cgroup_name
 from worker.checkpoints import CheckpointRegistrar
 from worker.db_retry import retry_db
 from worker.disk import DiskWatch
 from worker.goodput_marks import AttemptMarker
+from worker.gpu_watch import GpuWatch, gpu_watch_for
 from worker.heartbeat import AttemptHeartbeat
 from worker.ingest import Ingestor
 from worker.isolation import JobUser
 from worker.launch import LaunchPlan, Rendezvous, RunPaths
 from worker.launch_path import NOT_WARM, LaunchChoice
 from worker.outcome import Outcome, classify_exit, read_oom_kills
-from worker.outcome_warnings import AttemptFacts, collect_warnings, has_output, reported_count
+from worker.outcome_warnings import AttemptFacts, attempt_notes, collect_warnings, reported_count
 from worker.outputs import DeclaredOutputs, wants_declared_outputs
 from worker.process_tree import (
     ProcessTree,
@@ -71,7 +74,10 @@ CANCEL_CHECK_S = 0.5
 
 
 class AttemptMonitor:
-    """Runs one launch plan to its end (see the module docstring)."""
+    """Runs one launch plan to its end (see the module docstring). `owner`: whose idle-GPU
+    policy judges the GPUs the job holds (`worker.gpu_watch`)."""
+
+    gpu_watch: GpuWatch | None = None
 
     # long: the attempt's parts, each made once, read best in one place
     def __init__(
@@ -90,12 +96,14 @@ class AttemptMonitor:
         job_user: JobUser | None = None,
         launch: LaunchChoice = NOT_WARM,
         warm_pool: WarmPool | None = None,
+        owner: str | None = None,
     ) -> None:
         """`rendezvous` (with `announce`) for a node of a multi-node job: `announce` is called
         with the outcome of a failing stop before the processes are stopped, so the attempt
         ends with this cause rather than with what the other nodes' ranks see next."""
         self.engine, self.settings = engine, settings
         self.job_user, self.launch, self.warm_pool = job_user, launch, warm_pool
+        self.owner = owner
         self.heartbeat = heartbeat
         self.ref, self.spec = ref, spec
         self.job_id, self.attempt = ref.job_id, ref.attempt
@@ -172,9 +180,13 @@ class AttemptMonitor:
         cgroup_oom = False
         yield_cpu_to_ranks()  # the ranks run: see there
         try:
+            interval_s = self.settings.gpu_sample_interval_s
+            self.gpu_watch = gpu_watch_for(self.engine, self.ref, self.plan, self.owner, interval_s)
             stop = self._watch(tree)
         finally:
             self.marker.stopped(time.time(), self.hang_since)
+            if self.gpu_watch is not None:
+                self.gpu_watch.stop()
             survivors = stop_job_processes(tree, self.settings.cancel_grace_s)
             if cgroup is not None:
                 cgroup_oom = cgroup.oom_killed()
@@ -289,6 +301,8 @@ class AttemptMonitor:
             return StopReason.HANG
         if self.heartbeat.cancelling:
             return StopReason.CANCEL
+        if self.gpu_watch is not None and self.gpu_watch.stop_message is not None:
+            return StopReason.IDLE_GPU
         self.over_disk = self.disk.check()
         if self.over_disk is not None:
             return StopReason.DISK
@@ -363,16 +377,13 @@ class AttemptMonitor:
             self.declared.poll(final=final)
 
     def _stopped_outcome(self, stop: StopReason, returncode: int | None) -> Outcome | None:
+        idle = None if self.gpu_watch is None else self.gpu_watch.stop_message
         return self.stop_outcomes.outcome(
-            stop, returncode, over_disk=self.over_disk, preempted_by=self._preempted_by
-        )
-
-    def _reported_nothing(self) -> bool:
-        return (
-            self.ingestor.metric_points_seen == 0
-            and self.registrar.registered == 0
-            and self.registrar.rejected == 0
-            and self.ingestor.invalid_events == 0
+            stop,
+            returncode,
+            over_disk=self.over_disk,
+            preempted_by=self._preempted_by,
+            idle_gpu=idle,
         )
 
     def warnings(self, succeeded: bool) -> list[str]:
@@ -382,20 +393,7 @@ class AttemptMonitor:
         return collect_warnings(self.engine, self.job_id, self.spec.checkpoint, self.paths, facts)
 
     def notes(self, succeeded: bool = False) -> str | None:
-        """What ingestion skipped, for the job's final message; for a job that succeeded
-        without reporting anything, that it did not."""
-        parts = []
-        if self.ingestor.invalid_events:
-            reasons = "; ".join(self.ingestor.invalid_reasons)
-            parts.append(
-                f"{self.ingestor.invalid_events} invalid events-file line(s) skipped ({reasons})"
-            )
-        if self.registrar.rejected:
-            parts.append(f"{self.registrar.rejected} reported checkpoint(s) not registered")
-        if self.survivors:
-            parts.append(f"processes {self.survivors} survived SIGKILL")
-        # Said by a warning instead when the job wrote no output file either.
-        if succeeded and self.node is None and self._reported_nothing():
-            if reported_count(self.ingestor, self.registrar) or has_output(self.paths.output_dir):
-                parts.append(notes.NOTHING_REPORTED)
-        return "; ".join(parts) if parts else None
+        """What ingestion skipped, for the job's final message (`worker.outcome_warnings`)."""
+        single, output_dir = self.node is None, self.paths.output_dir
+        facts = (self.ingestor, self.registrar, self.survivors, succeeded, single, output_dir)
+        return attempt_notes(*facts)

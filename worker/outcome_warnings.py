@@ -236,6 +236,50 @@ class AttemptFacts:
         )
 
 
+# Said of a job that succeeded with no metric and no checkpoint (a program that prints its
+# metrics and saves to a path of its own): the user sees why the dashboard is empty.
+NOTHING_REPORTED = (
+    "the job reported no metric and no checkpoint: report them with the SDK (jobs.runtime) "
+    "or the events file (LAUNCHBAY_EVENTS_FILE); files written to LAUNCHBAY_OUTPUT_DIR are "
+    "kept as the job's artifacts (docs/training-scripts.md)"
+)
+
+
+def reported_nothing(ingestor: Ingestor, registrar: CheckpointRegistrar) -> bool:
+    """No metric point, no checkpoint (registered or refused), no invalid events line."""
+    return (
+        ingestor.metric_points_seen == 0
+        and registrar.registered == 0
+        and registrar.rejected == 0
+        and ingestor.invalid_events == 0
+    )
+
+
+def attempt_notes(
+    ingestor: Ingestor,
+    registrar: CheckpointRegistrar,
+    survivors: Sequence[int],
+    succeeded: bool,
+    single_node: bool,
+    output_dir: Path,
+) -> str | None:
+    """What ingestion skipped, for the job's final message; for a job that succeeded without
+    reporting anything, that it did not."""
+    parts = []
+    if ingestor.invalid_events:
+        reasons = "; ".join(ingestor.invalid_reasons)
+        parts.append(f"{ingestor.invalid_events} invalid events-file line(s) skipped ({reasons})")
+    if registrar.rejected:
+        parts.append(f"{registrar.rejected} reported checkpoint(s) not registered")
+    if survivors:
+        parts.append(f"processes {list(survivors)} survived SIGKILL")
+    # Said by a warning instead when the job wrote no output file either.
+    if succeeded and single_node and reported_nothing(ingestor, registrar):
+        if reported_count(ingestor, registrar) or has_output(output_dir):
+            parts.append(NOTHING_REPORTED)
+    return "; ".join(parts) if parts else None
+
+
 def reported_count(ingestor: Ingestor, registrar: CheckpointRegistrar) -> int:
     """Events-file lines, metric points and checkpoints (registered or not) seen."""
     return (

@@ -18,6 +18,7 @@ class StopReason(StrEnum):
     RENDEZVOUS = "rendezvous"  # a multi-node job's nodes did not all join in time
     DISK = "disk"  # the job's files went over what its owner's disk quota leaves it
     LOST = "lost"  # the job is no longer this attempt's (retried, ended or deleted elsewhere)
+    IDLE_GPU = "idle_gpu"  # its GPUs stayed idle as its owner's idle-GPU policy says to stop
 
 
 # Stops that fail the attempt: a node of a multi-node job announces them before it stops its
@@ -29,6 +30,7 @@ FAILING_STOPS = frozenset(
         StopReason.SHUTDOWN,
         StopReason.RENDEZVOUS,
         StopReason.DISK,
+        StopReason.IDLE_GPU,
     }
 )
 
@@ -49,10 +51,12 @@ class StopOutcomes:
         *,
         over_disk: str | None,
         preempted_by: Callable[[], str | None],
+        idle_gpu: str | None = None,
     ) -> Outcome | None:
         """The outcome of the attempt stopped for `stop` (None: the job is no longer ours to
-        end). `over_disk` says how a DISK stop went over; `preempted_by` is asked only for a
-        cancel: the dispatcher's message when the cancel was a preemption, else None."""
+        end). `over_disk` says how a DISK stop went over, `idle_gpu` how idle an IDLE_GPU
+        stop found the GPUs; `preempted_by` is asked only for a cancel: the dispatcher's
+        message when the cancel was a preemption, else None."""
         spec = self.spec
         if stop is StopReason.LOST:
             return None
@@ -77,6 +81,8 @@ class StopOutcomes:
             return Outcome(JobState.FAILED, ExitReason.RENDEZVOUS_TIMEOUT, returncode, message)
         if stop is StopReason.DISK:
             return Outcome(JobState.FAILED, ExitReason.USER_ERROR, returncode, over_disk)
+        if stop is StopReason.IDLE_GPU:
+            return Outcome(JobState.FAILED, ExitReason.IDLE_GPU, returncode, idle_gpu)
         message = (
             f"worker {self.worker_name} shut down while the job ran; its processes were stopped"
         )

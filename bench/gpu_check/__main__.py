@@ -29,6 +29,7 @@ CHECKS: list[tuple[tuple[str, ...], Check]] = [
     (("worker_refusal",), checks_devices.check_refusal),
     (("nccl_smoke",), checks_training.check_nccl_smoke),
     (("all_reduce",), checks_training.check_all_reduce),
+    (("gpu_sampler",), checks_devices.check_gpu_sampler),
     (("cuda_oom",), checks_faults.check_cuda_oom),
     (("cancel",), checks_faults.check_cancel),
     (("hang",), checks_faults.check_hang),

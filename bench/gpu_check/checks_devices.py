@@ -1,15 +1,17 @@
 """The checks of a worker's devices: what its CUDA probe found (GPU UUIDs, against nvidia-smi),
-MIG, and its refusal to start where it should have GPUs but CUDA is unusable."""
+MIG, its refusal to start where it should have GPUs but CUDA is unusable, and the sampler of
+the GPUs a job holds (its readings, and the system metrics the jobs of the check stored)."""
 
 import subprocess
 import time
 
 from redis import Redis
 
-from bench.gpu_check.report import Row, excerpt, not_run, passed, verdict
+from bench.gpu_check.report import Row, excerpt, failed, not_run, passed, verdict
 from bench.gpu_check.session import Session, nvidia_smi
 from devstack.stack import LAUNCHBAY
 from service.worker_records import load_worker_records
+from worker.gpu_sampler import SmiReader, open_gpu_reader
 
 CUDA_ONLY = "needs CUDA: this run is --cpu"
 # A GPU no machine has: given to a worker, CUDA sees no device at all.
@@ -71,3 +73,42 @@ def check_refusal(session: Session) -> Row:
 
 def check_machine(session: Session, machine: str) -> Row:
     return passed("machine", session.target.nproc, "GPUs" if session.cuda else "CPU ranks", machine)
+
+
+def check_gpu_sampler(session: Session) -> Row:
+    """The worker's GPU sampler, run here on the worker's GPUs: every GPU read (utilisation,
+    memory, power; memory within 10 % or 1 GiB of what nvidia-smi says at the same moment);
+    and the jobs the check ran before have their readings stored as system metrics
+    (`system/gpu0/utilization_percent`: the stack samples every second)."""
+    if not session.cuda:
+        return not_run("gpu_sampler", CUDA_ONLY)
+    records = load_worker_records(Redis.from_url(session.redis_url))
+    gpus = [d for r in records for d in r.devices]
+    reader = open_gpu_reader(gpus)
+    if reader is None:
+        return failed("gpu_sampler", f"neither NVML nor nvidia-smi answers for GPUs {gpus}")
+    try:
+        samples = reader.read()
+    finally:
+        reader.close()
+    smi = SmiReader("nvidia-smi", gpus).read()
+    complete = all(s.utilization_percent is not None and s.memory_used_bytes for s in samples)
+    agree = all(
+        a.memory_used_bytes is not None
+        and b.memory_used_bytes is not None
+        and abs(a.memory_used_bytes - b.memory_used_bytes)
+        <= max(1 << 30, 0.1 * b.memory_used_bytes)
+        for a, b in zip(samples, smi, strict=True)
+    )
+    ended = session.http.get("/v1/jobs", params={"state": "succeeded", "limit": 1}).json()
+    stored = 0
+    for job in ended["items"]:
+        page = session.http.get(
+            f"/v1/jobs/{job['id']}/metrics", params={"name": "system/gpu0/utilization_percent"}
+        ).json()
+        stored = len(page["items"])
+    detail = (
+        f"reader {reader.name} on GPUs {gpus}: {samples}; nvidia-smi: {smi}; "
+        f"{stored} utilisation readings stored for the last job that succeeded"
+    )
+    return verdict("gpu_sampler", complete and agree and stored > 0, stored, "readings", detail)

@@ -180,7 +180,11 @@ def running_session(
                 database_url=f"sqlite:///{root / 'data' / 'launchbay.db'}",
                 redis_url=redis.url(0),
                 marker=marker,
-                extra_env={"LAUNCHBAY_SUBMISSIONS_PER_MINUTE": "0"},
+                # Every job's GPUs sampled each second: the gpu_sampler check reads them back.
+                extra_env={
+                    "LAUNCHBAY_SUBMISSIONS_PER_MINUTE": "0",
+                    "LAUNCHBAY_GPU_SAMPLE_INTERVAL_S": "1",
+                },
             )
             try:
                 stack.start_api()

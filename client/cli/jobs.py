@@ -22,7 +22,7 @@ from rich.progress import (
 from client import render, views
 from client.cli.base import EXIT_INTERRUPTED, app, err, fail, out, print_json, state_of
 from client.specfile import apply_assignments, load_spec
-from client.watch import describe_end, exit_code_for, follow_job
+from client.watch import SYSTEM_PREFIX, describe_end, exit_code_for, follow_job
 
 
 class MetricsFormat(StrEnum):
@@ -250,7 +250,12 @@ def metrics(
         writer.writeheader()
         writer.writerows(points)
     else:
-        out().print(render.metrics_table(points))
+        # Launchbay's own system metrics (GPU readings, no step) are charts, not table rows.
+        shown = [p for p in points if name or not str(p["name"]).startswith(SYSTEM_PREFIX)]
+        out().print(render.metrics_table(shown))
+        if len(shown) < len(points):
+            left = len(points) - len(shown)
+            err().print(f"({left} system metric points not shown: --name NAME or --format csv)")
 
 
 @app.command()

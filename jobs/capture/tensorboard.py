@@ -36,6 +36,7 @@ PREFIX = "events.out.tfevents."
 STATE_FILE = ".launchbay-tensorboard.json"
 MAX_PER_LINE = 1000
 MAX_NAME = 128  # jobs.contract.events.MAX_METRIC_NAME
+SYSTEM_PREFIX = "system/"  # jobs.contract.system_metrics.SYSTEM_PREFIX: Launchbay's own names
 MAX_STEP = 2**31 - 1  # jobs.contract.events.MAX_INT32
 READ_BYTES = 4 << 20
 MAX_WALK_ENTRIES = 20_000
@@ -94,6 +95,9 @@ class EventLines:
         name = scalar.tag
         if not name or len(name) > MAX_NAME or "\x00" in name:
             self._say_once("name", f"TensorBoard tags over {MAX_NAME} characters skipped")
+            return
+        if name.startswith(SYSTEM_PREFIX):
+            self._say_once("system", f"TensorBoard tags under {SYSTEM_PREFIX!r} skipped ({name!r})")
             return
         if not math.isfinite(scalar.value):
             self._say_once("value", f"non-finite TensorBoard values skipped ({name!r})")

@@ -18,7 +18,8 @@ to `end` (Unix seconds) saving a checkpoint, or evaluating. They feed the job's 
 checkpoint line's `ts` is when its save ended.
 
 A line that breaks the format (bad JSON, wrong types, non-finite numbers, values the database
-columns cannot hold) raises `InvalidEvent`; the caller skips and counts it.
+columns cannot hold, a metric named as Launchbay's own system metrics) raises `InvalidEvent`;
+the caller skips and counts it.
 """
 
 import json
@@ -26,6 +27,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from jobs.contract.system_metrics import SYSTEM_PREFIX, is_system_metric
 
 METRIC = "metric"
 CHECKPOINT = "checkpoint"
@@ -137,6 +140,11 @@ def _metrics(value: Any, *, required: bool) -> dict[str, float]:
     for name, number in value.items():
         if not name or len(name) > MAX_METRIC_NAME or "\x00" in name:
             raise InvalidEvent(f"metric names must be 1..{MAX_METRIC_NAME} characters")
+        if required and is_system_metric(name):
+            raise InvalidEvent(
+                f"metric {name!r}: names starting with {SYSTEM_PREFIX!r} are Launchbay's own "
+                "system metrics"
+            )
         metrics[name] = _number(number, f"metric {name!r}")
     return metrics
 

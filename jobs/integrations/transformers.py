@@ -3,9 +3,9 @@ callbacks=[LaunchbayCallback()])`` and ``trainer.train(resume_from_checkpoint=
 resume_from_checkpoint())``.
 
 - Every dict Trainer logs (loss, learning_rate, grad_norm, eval_*) becomes a metric line at
-  `state.global_step`; Trainer's float epoch (2.5) gives the line its whole part and stays
-  exact as the metric `epoch` (once a step: Trainer logs it with the loss and again with the
-  evaluation).
+  `state.global_step`, with Trainer's `max_steps` as its `total_steps` (the job's ETA);
+  Trainer's float epoch (2.5) gives the line its whole part and stays exact as the metric
+  `epoch` (once a step: Trainer logs it with the loss and again with the evaluation).
 - Each checkpoint Trainer saves (``<output_dir>/checkpoint-<step>/``) is registered whole, as
   a directory checkpoint (weights, trainer state, optimizer, scheduler, every rank's RNG
   state), once every rank has written its part, with `output_dir` set to
@@ -31,6 +31,7 @@ from jobs.integrations.attach.common import (
     report,
 )
 from jobs.integrations.phases import phases
+from jobs.integrations.values import planned_steps
 from jobs.runtime import env
 from jobs.runtime.failure import record_rank_finished
 
@@ -68,7 +69,7 @@ class LaunchbayCallback(TrainerCallback):
         values = dict(logs)
         if "epoch" not in values and state.epoch is not None:
             values["epoch"] = state.epoch
-        report(int(state.global_step), values)
+        report(int(state.global_step), values, planned_steps(state.max_steps))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         will_evaluate, will_save = bool(control.should_evaluate), bool(control.should_save)

@@ -2,7 +2,7 @@
 torchrun) and whether its spec named a launcher
 
 Revision ID: 0021
-Revises: 0019
+Revises: 0020
 Create Date: 2026-12-01 08:00:00.000000
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0021"
-down_revision: str | None = "0019"
+down_revision: str | None = "0020"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -68,6 +68,10 @@ class Job(JobBase, table=True):
     progress_step: int | None = None
     progress_epoch: int | None = None
     total_steps: int | None = None
+    # The seconds left at the recent step rate, as the worker estimated them at `eta_at` (Unix
+    # seconds; `worker.step_rate`); the Job's `progress.eta_s` counts down from there.
+    eta_s: float | None = None
+    eta_at: float | None = None
     latest_metrics: dict[str, float] = Field(default_factory=dict, sa_column=Column(JSON))
     last_seq: int = Field(default=0, sa_type=BigInteger)
     idempotency_key: str | None = Field(default=None, max_length=256)

@@ -2,6 +2,7 @@
 policies."""
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Column, Index
 from sqlmodel import Field, SQLModel
@@ -53,3 +54,5 @@ class OwnerPolicy(SQLModel, table=True):
     max_devices: int | None = None
     max_device_hours: float | None = None
     max_priority: int | None = None
+    # `service.scheduling.idle_gpu.IdleGpuPolicy` as JSON, or None.
+    idle_gpu: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))

@@ -268,6 +268,8 @@ def requeue(
         "started_at": None,
         "finished_at": None,
         "last_heartbeat": None,
+        "eta_s": None,
+        "eta_at": None,
         "worker": None,
         "pending_reason": None,
         "exit_code": None,

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import bindparam, insert, update
 from sqlmodel import Session, col, select
 
+from jobs.contract.system_metrics import is_system_metric
 from jobs.states import ACTIVE_STATES
 from service.models import LogLine, MetricPoint
 from service.records.lifecycle import JOB_TABLE, AttemptSuperseded
@@ -151,12 +152,14 @@ def _progress_values(
     points: Sequence[NewMetricPoint],
     progress: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """The job's latest values and progress after `points`."""
-    values: dict[str, Any] = {
-        "latest_metrics": {**(latest or {}), **{p.name: p.value for p in points}},
-        **(progress or {}),
-    }
-    last = points[-1]
+    """The job's latest values and progress after `points`: the program's own metrics only
+    (system metrics, `jobs.contract.system_metrics`, move neither)."""
+    values: dict[str, Any] = dict(progress or {})
+    own = [p for p in points if not is_system_metric(p.name)]
+    if not own:
+        return values
+    values["latest_metrics"] = {**(latest or {}), **{p.name: p.value for p in own}}
+    last = own[-1]
     if last.step is not None:
         values["progress_step"] = last.step
     if last.epoch is not None:

@@ -1,5 +1,6 @@
-"""Owners' scheduling policies (admin only): weight, quotas, highest priority. Owner `*` is
-everyone's default. The dispatcher reads them at each pass: a change holds at once."""
+"""Owners' scheduling policies (admin only): weight, quotas, highest priority, idle GPUs. Owner
+`*` is everyone's default. The dispatcher reads them at each pass: a change holds at once; the
+idle-GPU policy holds from each attempt that starts after the change."""
 
 from typing import Annotated
 
@@ -11,6 +12,7 @@ from service import auth
 from service.deps import AdminPrincipal, SessionDep
 from service.errors import NotFound
 from service.models import OwnerPolicy
+from service.scheduling.idle_gpu import IdleGpuPolicy
 
 router = APIRouter(prefix="/v1/policies", tags=["scheduling"])
 OWNER_PATTERN = rf"^(\*|{auth.TOKEN_NAME_PATTERN.strip('^$')})$"
@@ -23,6 +25,8 @@ class PolicyBody(BaseModel):
     max_devices: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
     max_device_hours: Annotated[float, Field(ge=0, le=1e9)] | None = None
     max_priority: Annotated[int, Field(ge=-1000, le=1000)] | None = None
+    # `{"below_percent", "for_s", "action": "warn" | "stop"}` (service/scheduling/idle_gpu.py)
+    idle_gpu: IdleGpuPolicy | None = None
 
 
 class PolicyPublic(PolicyBody):
@@ -40,6 +44,7 @@ def _public(row: OwnerPolicy) -> PolicyPublic:
         max_devices=row.max_devices,
         max_device_hours=row.max_device_hours,
         max_priority=row.max_priority,
+        idle_gpu=None if row.idle_gpu is None else IdleGpuPolicy.model_validate(row.idle_gpu),
     )
 
 

@@ -161,6 +161,12 @@ def test_a_killed_worker_s_job_is_retried_and_resumes_from_its_checkpoint(
     job_id = submit(http, spec)
     stack.wait_for_state(http, job_id, {"running"})
     assert wait_until(lambda: http.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"], 60)
+    # While it runs, the time it has left at its recent rate (a step takes 0.25 s and more).
+    running = http.get(f"/v1/jobs/{job_id}").json()
+    progress = running["progress"]
+    left = progress["total_steps"] - progress["step"]
+    assert running["state"] == "running" and left > 0, running
+    assert 0.2 * left - 3 <= progress["eta_s"] <= 2.0 * left + 3, progress
     first = attempt_processes(job_id, 1)
     first_pids = {p.pid for p in first}
     first_groups = groups_of(first)
@@ -191,6 +197,7 @@ def test_a_killed_worker_s_job_is_retried_and_resumes_from_its_checkpoint(
     stack.start_worker()
     job = stack.wait_for_state(http, job_id, {"succeeded"}, timeout=120)
     assert (job["attempt"], job["exit_reason"]) == (2, "completed")
+    assert job["progress"]["eta_s"] is None  # not running
 
     points = [p for p in metric_points(http, job_id) if p["name"] == "loss"]
     first_steps = [p["step"] for p in points if p["attempt"] == 1]

@@ -19,7 +19,7 @@ RUN_ON_CPU = {
     "recipe_digits",
     "teardown",
 }
-CUDA_ONLY = {"device_probe", "mig", "cuda_oom", "gpu_utilisation", "scaling"}
+CUDA_ONLY = {"device_probe", "mig", "cuda_oom", "gpu_utilisation", "scaling", "gpu_sampler"}
 FIELDS = {"check", "status", "value", "unit", "detail"}
 
 

@@ -74,6 +74,8 @@ WORKER_MAY_IMPORT = frozenset(
         "service.scheduling.capacity",
         "service.executors.dispatch",
         "service.scheduling.preemption",
+        # the owner's idle-GPU policy, judged by the attempt's GPU watch
+        "service.scheduling.idle_gpu",
         # rules shared with the API: the admin's name, the hardening of processes and files
         "service.auth",
         "service.hardening",

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jobs.contract.events import checkpoint_line, metric_line
+from jobs.contract.system_metrics import is_system_metric
 from jobs.integrations.values import report_values, split_epoch
 from jobs.runtime import env
 from jobs.runtime.distributed import barrier, get_rank
@@ -49,22 +50,23 @@ _last_epoch: tuple[int, object] | None = None
 _saving = threading.local()
 
 
-def report(step: int, values: Mapping[str, Any]) -> bool:
+def report(step: int, values: Mapping[str, Any], total_steps: int | None = None) -> bool:
     """One metric line (rank 0 only), as `report_values` writes it; the metric `epoch` only
     when it changed or the step did (Trainer logs it with the loss and again with the
-    evaluation of the same step)."""
+    evaluation of the same step). `total_steps`: the framework's planned steps, if known."""
     global _last_epoch
     if get_rank() != 0:
         return False
-    values = dict(values)
+    values = {k: v for k, v in values.items() if not is_system_metric(str(k))}
     epoch = values.get("epoch")
     if epoch is not None and _last_epoch == (step, epoch):
         line_epoch, rest = split_epoch(values)
         rest.pop("epoch", None)
         metrics = clean_metrics(rest)
-        written = bool(metrics) and write_event(metric_line(step, line_epoch, metrics))
+        line = metric_line(step, line_epoch, metrics, total_steps=total_steps)
+        written = bool(metrics) and write_event(line)
     else:
-        written = report_values(step, values)
+        written = report_values(step, values, total_steps)
     _last_epoch = (step, epoch)
     for name, value in values.items():
         if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):

@@ -90,6 +90,15 @@ def test_what_the_events_file_cannot_hold_is_skipped_and_said_once(tmp_path: Pat
     assert len(notes) == 3, notes  # steps, names, values: once each
 
 
+def test_tags_under_launchbay_s_system_prefix_are_left_out_not_the_step(tmp_path: Path) -> None:
+    scalars = [("system/gpu0/utilization_percent", 3.0, 1), ("loss", 0.5, 1)]
+    write_scalars(tmp_path / "work" / NAME, scalars)
+    tb, events, notes = reader(tmp_path)
+    tb.pass_once()
+    assert [line["metrics"] for line in read_lines(events)] == [{"loss": 0.5}]
+    assert len(notes) == 1 and "'system/'" in notes[0]
+
+
 def test_many_scalars_of_one_step_are_split_into_bounded_lines(tmp_path: Path) -> None:
     write_scalars(tmp_path / "work" / NAME, [(f"t{i}", 1.0, 7) for i in range(2500)])
     tb, events, _ = reader(tmp_path)

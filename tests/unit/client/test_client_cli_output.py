@@ -265,8 +265,10 @@ def test_forbidden_without_a_reason_hints_at_the_admin_role(api: FakeApi) -> Non
 
 
 def test_watch_labels_the_time_left_and_shows_checkpoints_at_once() -> None:
-    view = JobView(job(progress={"step": 10, "epoch": 0, "total_steps": 100}))
-    assert "time left" in _render(view)
+    unknown = JobView(job(progress={"step": 10, "epoch": 0, "total_steps": 100, "eta_s": None}))
+    assert "time left" not in _render(unknown)
+    view = JobView(job(progress={"step": 10, "epoch": 0, "total_steps": 100, "eta_s": 125.0}))
+    assert "time left 2m0" in _render(view)  # the API's estimate, counted down between reads
     assert "no checkpoint yet" in _render(view)
     view.apply(Event(id="9", event="checkpoint", data=checkpoint("c7", 40)))
     assert "last checkpoint c7 saved at step 40" in _render(view)

@@ -45,3 +45,23 @@ def test_progress_falls_back_to_epochs() -> None:
     view = JobView(job(progress={"step": 30, "epoch": 1, "total_steps": None}))
     (task,) = view.progress.tasks
     assert (task.description, task.completed, task.total) == ("epoch", 1, 2)
+
+
+def test_the_time_left_is_the_api_s_counted_down_while_running() -> None:
+    view = JobView(job(progress={"step": 10, "epoch": 0, "total_steps": 100, "eta_s": 3725.0}))
+    assert view.eta is not None
+    read_at = view.eta[1]
+    assert view.time_left(now=read_at) == "time left 1h02m"
+    assert view.time_left(now=read_at + 3700) == "time left 25s"
+    assert view.time_left(now=read_at + 9999) == "time left 0s"
+    view.replace_job(job(state="succeeded", progress={"step": 100, "eta_s": None}))
+    assert view.time_left() == ""
+    stopping = JobView(job(state="cancelling", progress={"step": 1, "eta_s": 5.0}))
+    assert stopping.time_left() == ""
+
+
+def test_system_metrics_are_not_the_job_s_values() -> None:
+    view = JobView(job())
+    point = {"step": None, "name": "system/gpu0/utilization_percent", "value": 97.0}
+    view.apply(Event(id="7", event="metric", data=point))
+    assert "system/gpu0/utilization_percent" not in view.job["latest_metrics"]

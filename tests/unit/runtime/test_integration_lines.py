@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from jobs.integrations.attach import common
-from jobs.integrations.values import report_values
+from jobs.integrations.values import planned_steps, report_values
 from jobs.runtime import close_events, env
 
 
@@ -74,3 +74,18 @@ def test_a_captured_checkpoint_is_one_checkpoint_line(events_file: Path) -> None
         "metrics": {"loss": 0.25},
         "ts": None,
     }
+
+
+def test_no_framework_value_forges_a_system_metric_and_a_planned_total_is_kept(
+    events_file: Path,
+) -> None:
+    assert common.report(3, {"loss": 1.0, "system/gpu0/utilization_percent": 0.0}, 500)
+    assert not report_values(4, {"system/gpu0/power_watts": 1.0})
+    close_events()
+    [line] = read_lines(events_file)
+    assert (line["metrics"], line["total_steps"]) == ({"loss": 1.0}, 500)
+
+
+def test_a_framework_s_planned_steps_are_the_total() -> None:
+    assert [planned_steps(s) for s in (0, -1, None, True, 2.5, "9")] == [None] * 6
+    assert planned_steps(1200) == 1200

@@ -69,6 +69,9 @@ def test_checkpoint_line() -> None:
         '{"type": "metric", "step": 1, "metrics": {"a": NaN}}',
         '{"type": "metric", "step": 1, "metrics": {"a": Infinity}}',
         line(type="metric", step=1, metrics={"a": 1}, ts="now"),
+        # Launchbay's own system metrics: no program may write them.
+        line(type="metric", step=1, metrics={"system/gpu0/utilization_percent": 99}),
+        line(type="metric", step=1, metrics={"loss": 1, "system/node1/gpu0/power_watts": 1}),
         '{"type": "metric", "step": 1, "metrics": {"a": 1}, "ts": NaN}',
         line(type="checkpoint", step=1),
         line(type="checkpoint", path=""),

@@ -30,6 +30,8 @@ export async function renderJob(ctx) {
   const summary = h("dl", { class: "summary" });
   const timeline = h("ol", { class: "timeline", id: "timeline" });
   const charts = h("div", { class: "charts", id: "charts" });
+  // What Launchbay measured of the job (its GPUs), apart from the program's own metrics.
+  const systemCharts = h("div", { class: "charts", id: "system-charts" });
   const noMetrics = h("p", { class: "muted", id: "no-metrics" }, noMetricsText(job));
   const chartSettings = new ChartSettings();
   const chartControls = chartSettings.toolbar();
@@ -73,6 +75,7 @@ export async function renderJob(ctx) {
       section("Timeline", timeline),
       section("Goodput", goodputBox),
       section("Metrics", chartControls, noMetrics, charts),
+      section("System", systemCharts),
       section("Logs", logBox),
       section("Checkpoints", checkpointBox),
       multiNode ? section("Nodes", nodeBox) : null,
@@ -86,6 +89,20 @@ export async function renderJob(ctx) {
     loadRange: async (name, after, until) =>
       (await api.listMetrics(id, { name, max_points: CHART_POINTS, after, until }, ctx.signal)).items,
   });
+  const systemMetricCharts = new MetricCharts(systemCharts, SYSTEM_CHART_SETTINGS);
+  const systemPanel = systemCharts.closest("section");
+  systemPanel.hidden = true; // until a system metric comes (a job that holds GPUs)
+  // A point of GET /metrics or of a `metric` event, to the charts of its group.
+  const addPoint = (point) => {
+    if (isSystemMetric(point.name)) {
+      systemPanel.hidden = false;
+      systemMetricCharts.add(point);
+      return;
+    }
+    noMetrics.hidden = true;
+    chartControls.hidden = false;
+    metricCharts.add(point);
+  };
   const logs = new LogViewer(logBox);
   const checkpoints = new CheckpointTable(checkpointBox, job);
   const stacks = new StacksPanel(stacksBox, id);
@@ -96,6 +113,7 @@ export async function renderJob(ctx) {
     deliveries.refresh(ctx.signal).catch(() => {});
   };
   ctx.onCleanup(() => metricCharts.destroy());
+  ctx.onCleanup(() => systemMetricCharts.destroy());
   const world = job.spec.launcher === "python" ? 1 : (job.spec.nnodes || 1) * (job.spec.nproc_per_node || 1);
   logs.expectRanks(world);
 
@@ -130,7 +148,7 @@ export async function renderJob(ctx) {
   refreshNodes().catch(() => {});
   refreshGoodput().catch(() => {});
 
-  const cursors = await loadHistory(id, ctx.signal, { timeline, metricCharts, noMetrics, logs });
+  const cursors = await loadHistory(id, ctx.signal, { timeline, metricCharts, addPoint, logs });
   chartControls.hidden = !noMetrics.hidden;
 
   let pending = null;
@@ -144,12 +162,9 @@ export async function renderJob(ctx) {
   const stream = new EventStream(api.eventsPath(id), {
     onEvent: ({ id: seq, event, data }) => {
       if (Number(seq) <= (cursors[event] ?? cursors.timeline)) return; // already drawn
-      if (event === "metric") {
-        noMetrics.hidden = true;
-        chartControls.hidden = false;
-        metricCharts.add(data);
-      } else if (event === "log") logs.add(data);
-      else if (event === "state" || event === "restart" || event === "checkpoint_deleted") {
+      if (event === "metric") addPoint(data);
+      else if (event === "log") logs.add(data);
+      else if (TIMELINE_EVENTS.has(event)) {
         if (event === "restart") metricCharts.addRestart(data.attempt, Number(seq));
         addTimelineItem(timeline, event, data);
         refreshSoon();
@@ -176,11 +191,18 @@ export async function renderJob(ctx) {
 }
 
 const CHART_POINTS = 1000;
+// Events drawn on the timeline as they come.
+const TIMELINE_EVENTS = new Set(["state", "restart", "checkpoint_deleted", "idle_gpu"]);
+// Launchbay's own metrics (jobs/contract/system_metrics.py): GPU readings, without a step, so
+// drawn against the time since the first one whatever the program's charts are set to.
+const SYSTEM_PREFIX = "system/";
+const isSystemMetric = (name) => name.startsWith(SYSTEM_PREFIX);
+const SYSTEM_CHART_SETTINGS = { x: "relative", y: "linear", smoothing: 0, onChange: () => () => {} };
 const TAIL_LINES = 200;
 
 // What the job recorded so far, in requests whose cost does not grow with its history; the
 // seq each part covers, by event name, so the stream's events up to it are skipped.
-async function loadHistory(id, signal, { timeline, metricCharts, noMetrics, logs }) {
+async function loadHistory(id, signal, { timeline, metricCharts, addPoint, logs }) {
   const [states, metrics, tail] = await Promise.all([
     api.getTimeline(id, signal),
     api.listMetrics(id, { max_points: CHART_POINTS }, signal),
@@ -190,8 +212,7 @@ async function loadHistory(id, signal, { timeline, metricCharts, noMetrics, logs
     if (item.event === "restart") metricCharts.addRestart(item.data.attempt, Number(item.id));
     addTimelineItem(timeline, item.event, item.data);
   }
-  for (const point of metrics.items) metricCharts.add(point);
-  if (metrics.items.length) noMetrics.hidden = true;
+  for (const point of metrics.items) addPoint(point);
   logs.prepend(tail.items);
   let before = tail.next_before ?? null;
   const older = logs.setOlder(async () => {
@@ -251,6 +272,9 @@ function summaryItems(job) {
     ["Duration", formatDuration(duration)],
     ["Progress", progressCell(job.progress.step, job.progress.total_steps)],
   ];
+  if (job.progress.eta_s !== null && job.progress.eta_s !== undefined) {
+    items.push(["Time left", h("span", { id: "job-eta", title: "at the recent step rate" }, formatDuration(job.progress.eta_s))]);
+  }
   if (job.pending_reason) {
     items.push(["Queue position", String(job.queue_position)]);
     items.push(["Waiting because", h("span", { class: "pending-reason" }, job.pending_reason)]);
