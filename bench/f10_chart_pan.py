@@ -12,14 +12,13 @@ small job's. Without Chromium it reports that it did not run."""
 import statistics
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from bench.common import Result, api_stack
 from bench.p9_history_output import running_job, seed_output
+from devstack.browser import CHROMIUM, CHROMIUM_FLAGS
 from service.db import make_engine
 
-CHROMIUM = Path("/usr/bin/chromium")
 BIG_POINTS, SMALL_POINTS = 1_000_000, 1_000
 FRAMES, ROUNDS = 120, 4
 FRAME_MS = 1000 / 60
@@ -90,8 +89,6 @@ def run() -> list[Result]:
     if not CHROMIUM.exists():
         return [Result("F10", what, "not run: no /usr/bin/chromium", "≤ 16.7 ms; ≤ 1.5×", None)]
     from selenium import webdriver
-
-    from tests.e2e.test_dashboard import CHROMIUM_FLAGS
 
     work: dict[str, list[float]] = {"big": [], "small": []}
     spacing: dict[str, list[float]] = {"big": [], "small": []}

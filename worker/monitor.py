@@ -145,6 +145,7 @@ class AttemptMonitor:
         self.stacks_requested_at: datetime | None = None
         self.stacks_served: datetime | None = None
 
+    # long: the attempt in the order it happens: start, watch, stop everything, classify
     def run(self) -> tuple[Outcome | None, list[int]]:
         """(the outcome, or None when the job was taken away; PIDs that outlived SIGKILL)."""
         oom_before = read_oom_kills()

@@ -215,18 +215,8 @@ def take_job(session: Session, job_id: str, attempt: int, **fields: Any) -> Take
     if waited:
         detail["pending_reason"] = waited
     fields = {**fields, "pending_reason": None, "queue_position": None}
-    moved = move(
-        session,
-        job_id,
-        JobState.STARTING,
-        attempt,
-        None,
-        fields,
-        col(Job.spec),
-        col(Job.owner),
-        col(Job.launcher_given),
-        detail=detail,
-    )
+    taken = (col(Job.spec), col(Job.owner), col(Job.launcher_given))
+    moved = move(session, job_id, JobState.STARTING, attempt, None, fields, *taken, detail=detail)
     if moved is None:
         session.rollback()
         return None

@@ -16,29 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from devstack.browser import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS
 from tests.support.stack import Stack
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
 
 GETTING_STARTED = Path(__file__).resolve().parents[2] / "docs" / "getting-started.md"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(
     os.environ.get("LAUNCHBAY_TEST_ARTIFACTS", Path(__file__).parents[1] / "artifacts")
 )
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",  # root, in a container
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--window-size=1280,1000",
-]
 
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="needs Debian's chromium: run scripts/install-browser.sh"

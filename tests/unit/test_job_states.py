@@ -51,10 +51,10 @@ JOB_TABLES = {"Job", "JOB_TABLE", "_job"}
 
 
 def _updated_table(call: ast.Call) -> str | None:
-    """The table of the `update(X)` a `.values(...)` call is chained on, if any."""
+    """The table of the `update(X)` or `insert(X)` a `.values(...)` call is chained on, if any."""
     node: ast.AST = call.func
     while isinstance(node, ast.Attribute | ast.Call):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "update":
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("update", "insert"):
             return getattr(node.args[0], "id", None) if node.args else None
         node = node.func if isinstance(node, ast.Call) else node.value
     return None

@@ -98,6 +98,7 @@ def job(job_id: str = "j1", state: str = "running", **fields: Any) -> dict[str, 
         "queue_position": None,
         "pending_reason": None,
         "warnings": [],
+        "launch_path": None,
         **fields,
     }
 
