@@ -10,8 +10,15 @@ submission, the end of any attempt: `service.executors.dispatch.wake_dispatcher`
    went away before taking it (`readmission`), reserve the devices of every admitted job
    (planning again without a job that admission refused, so that its workers go to the jobs
    behind it: `admit_in_rounds`), ask preempted jobs to stop;
-4. after the commit, hand each admitted node to its worker
-   (`service.executors.dispatch.hand_over`), then show each waiting job's position and reason.
+4. after the commit, hand every admitted node to its worker, all in one Redis round trip
+   (`service.executors.dispatch.hand_over_all`), then show each waiting job's position and
+   reason where it changed: at once when few changed or nothing was admitted, else at most
+   once per `dispatch_interval_s` (while jobs stream out of a long queue, every pass would
+   otherwise write every waiting row again: `SHOW_AT_ONCE`).
+
+What changes slowly is read again at most once per `dispatch_interval_s`: the owners' recent
+usage and the policies; the live workers too, unless the pass was woken (a worker that came
+up since must not wait for the interval: then at most `WOKEN_CAPACITY_AGE_S` old).
 
 A dispatcher that dies between 3 and 4 leaves admitted jobs without tasks: the reaper
 finds them (`DispatchExecutor.describe`) and hands them over again.
@@ -34,9 +41,10 @@ from sqlmodel import Session
 
 from jobs.states import JobState
 from service.executors.base import ExecutorUnavailable
-from service.executors.dispatch import WAKE_KEY, hand_over
+from service.executors.dispatch import WAKE_KEY, Handed, hand_over_all
 from service.executors.registry import routed_queues
 from service.models import Job, utcnow
+from service.records import PENDING_REASON_MAX, show_queued
 from service.records.lifecycle import transition
 from service.scheduling import admission
 from service.scheduling.capacity import (
@@ -65,6 +73,11 @@ log = logging.getLogger("launchbay.dispatcher")
 
 # Admission rounds of one pass at most (`admit_in_rounds`).
 ADMISSION_ROUNDS = 3
+# Position and reason changes a pass that admitted jobs writes at once; more wait for the
+# next pass a `dispatch_interval_s` after the last write (or one that admits nothing).
+SHOW_AT_ONCE = 64
+# How old the live workers read may be for a pass that something woke.
+WOKEN_CAPACITY_AGE_S = 0.1
 
 Planned = list[tuple[QueuedJob, list[Placement]]]
 # A job reserved by this pass: at the attempt reserved, with its spec and placements.
@@ -100,6 +113,8 @@ class PassReport:
     waiting: int = 0
     released: int = 0
     preempted: list[str] = field(default_factory=list)
+    # Waiting jobs whose position or reason this pass wrote.
+    shown: int = 0
     # Seconds the decision itself took (reading excluded): the planner.
     decision_s: float = 0.0
 
@@ -157,12 +172,19 @@ class Dispatcher:
     elsewhere: frozenset[str] = field(default_factory=routed_queues)
     lease: Lease | None = None
     renewed_at: float = 0.0
-    # What the planner needs of each queued job's spec, read once (`admission.load_queue`).
-    known_specs: dict[str, admission.SpecFacts] = field(default_factory=dict)
+    # Each queued job as the planner sees it, read once (`admission.load_queue`).
+    known_jobs: dict[str, QueuedJob] = field(default_factory=dict)
+    # What each waiting job shows, as this dispatcher last wrote it; None: read it (after a
+    # takeover another may have written since).
+    shown: admission.Shown | None = None
     # (monotonic time read, the live workers then): `_capacity`.
     capacity: tuple[float, list[WorkerCapacity]] | None = None
     # (monotonic time read, owners' recent usage, policies): `_read`.
     history: tuple[float, dict[str, OwnerUsage], Policies] | None = None
+    # Monotonic time of the last positions written (`_show`), and whether the coming pass
+    # was woken (`wait_for_wake`).
+    shown_at: float = 0.0
+    woken: bool = True
 
     def keep_lease(self) -> Lease | None:
         """Hold (renew, or take over) the lease; None while another process holds it."""
@@ -173,6 +195,7 @@ class Dispatcher:
             lease = take_lease(connection, self.holder, self.settings.dispatch_lease_s)
         if lease is not None and (self.lease is None or lease.token != self.lease.token):
             log.info("dispatcher %s leads (fencing token %d)", self.holder, lease.token)
+            self.shown = None
         self.lease, self.renewed_at = lease, now
         return lease
 
@@ -205,13 +228,34 @@ class Dispatcher:
                     ", ".join(gone),
                 )
         # Handed over before the positions are written: the launch waits for nothing else.
-        for job, spec, places in admitted:
-            report.admitted.append(job.id)
-            self._hand_over(job, spec, places)
-        with self.engine.begin() as connection:
-            admission.show_waiting(connection, {w.job.id: w for w in seen.waiting}, plan.waiting)
+        report.admitted = [job.id for job, _, _ in admitted]
+        self._hand_over(admitted)
+        report.shown = self._show(seen, plan, admitted=report.admitted)
         report.released, report.waiting = len(seen.stale), len(plan.waiting)
         return report
+
+    def _show(self, seen: Snapshot, plan: Plan, *, admitted: Sequence[str]) -> int:
+        """Write the waiting jobs' positions and reasons that changed (see the module
+        docstring for when); returns how many were written."""
+        changes = admission.waiting_changes({w.job.id: w for w in seen.waiting}, plan.waiting)
+        now = time.monotonic()
+        if (
+            admitted
+            and len(changes) > SHOW_AT_ONCE
+            and now - self.shown_at < self.settings.dispatch_interval_s
+        ):
+            if self.shown is not None:  # the rows keep what they showed; admitted ones none
+                for job_id in admitted:
+                    self.shown.pop(job_id, None)
+            return 0
+        with self.engine.begin() as connection:
+            show_queued(connection, changes)
+        self.shown_at = now
+        self.shown = {
+            job.id: (position, reason[:PENDING_REASON_MAX])
+            for position, (job, reason) in enumerate(plan.waiting, start=1)
+        }
+        return len(changes)
 
     def _read(self, now: datetime) -> "Snapshot":
         """What a pass decides on: live workers, reservations (those to release apart), the
@@ -229,8 +273,9 @@ class Dispatcher:
             waiting = admission.load_queue(
                 connection,
                 {(r.job_id, r.attempt) for r in held},
-                self.known_specs,
+                self.known_jobs,
                 self.elsewhere,
+                self.shown,
             )
             # A lost admission's job is planned as the attempt it becomes this pass (`release`).
             waiting = [
@@ -239,13 +284,10 @@ class Dispatcher:
                 else w
                 for w in waiting
             ]
-            # Read again when an attempt ended (its usage is final now) or a pass interval on.
+            # Read again a pass interval on (an ended attempt's held devices are gone at once:
+            # they are counted from the reservations below).
             history = self.history
-            if (
-                stale
-                or history is None
-                or time.monotonic() - history[0] >= settings.dispatch_interval_s
-            ):
+            if history is None or time.monotonic() - history[0] >= settings.dispatch_interval_s:
                 usage = usage_since(
                     connection, now, settings.fair_share_half_life_s, settings.quota_period_s
                 )
@@ -258,11 +300,13 @@ class Dispatcher:
         return Snapshot(workers, reserved_jobs, stale, lost, held, waiting, usage, policies)
 
     def _capacity(self) -> list[WorkerCapacity]:
-        """The live workers, read at most once per `dispatch_interval_s`: a pass woken by a
-        submission does not wait for Redis to list them again. A worker gone since is
-        caught by its reservation's release (`admission.stale_reservations`)."""
+        """The live workers, read at most once per `dispatch_interval_s`, or
+        `WOKEN_CAPACITY_AGE_S` for a woken pass: passes woken one after another (jobs ending
+        and submitted by the hundred) do not each list them again from Redis. A worker gone
+        since is caught by its reservation's release (`admission.stale_reservations`)."""
         now = time.monotonic()
-        if self.capacity is None or now - self.capacity[0] >= self.settings.dispatch_interval_s:
+        age = WOKEN_CAPACITY_AGE_S if self.woken else self.settings.dispatch_interval_s
+        if self.capacity is None or now - self.capacity[0] >= age:
             self.capacity = (now, live_capacity(self.redis))
         return self.capacity[1]
 
@@ -284,24 +328,30 @@ class Dispatcher:
         session.flush()
         return stopped
 
-    def _hand_over(self, queued: QueuedJob, spec: dict[str, Any], places: list[Placement]) -> None:
-        job = Job.model_construct(
-            id=queued.id, attempt=queued.attempt, spec=spec, queue=queued.queue
-        )
-        reservations = [
-            admission.ActiveReservation(
-                queued.id, queued.attempt, p.node, queued.owner, p.worker, p.devices
+    def _hand_over(self, admitted: Sequence[Admitted]) -> None:
+        handed: list[Handed] = []
+        for queued, spec, places in admitted:
+            job = Job.model_construct(
+                id=queued.id, attempt=queued.attempt, spec=spec, queue=queued.queue
             )
-            for p in places
-        ]
+            reservations = [
+                admission.ActiveReservation(
+                    queued.id, queued.attempt, p.node, queued.owner, p.worker, p.devices
+                )
+                for p in places
+            ]
+            handed.append((job, reservations))
         try:
-            hand_over(self.redis, job, reservations, grace_s=self.settings.cancel_grace_s)
+            hand_over_all(self.redis, handed, grace_s=self.settings.cancel_grace_s)
         except (RedisError, ExecutorUnavailable) as exc:
-            # Reserved, without a task: the reaper hands it over again.
-            log.warning("job %s admitted but not handed over yet: %s", job.id, exc)
+            # Reserved, without a task: the reaper hands them over again.
+            ids = ", ".join(job.id for job, _ in handed)
+            log.warning("jobs %s admitted but not handed over yet: %s", ids, exc)
 
-    def wait_for_wake(self, timeout_s: float) -> None:
-        self.redis.blpop([WAKE_KEY], timeout=timeout_s)
+    def wait_for_wake(self, timeout_s: float) -> bool:
+        """Block until woken or `timeout_s`; whether something woke it."""
+        self.woken = self.redis.blpop([WAKE_KEY], timeout=timeout_s) is not None
+        return self.woken
 
     def give_up(self) -> None:
         if self.lease is None:
