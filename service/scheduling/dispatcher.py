@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -65,7 +66,7 @@ from service.scheduling.planner import (
 )
 from service.scheduling.policies import Policies, load_policies
 from service.scheduling.preemption import PREEMPTED_MESSAGE, preemption_message
-from service.scheduling.usage import usage_since
+from service.scheduling.usage import HeldSpan, decayed_seconds, period_seconds, usage_since
 from service.settings import Settings
 
 log = logging.getLogger("launchbay.dispatcher")
@@ -180,7 +181,7 @@ class Dispatcher:
     # (monotonic time read, the live workers then): `_capacity`.
     capacity: tuple[float, list[WorkerCapacity]] | None = None
     # (monotonic time read, owners' recent usage, policies): `_read`.
-    history: tuple[float, dict[str, OwnerUsage], Policies] | None = None
+    history: tuple[float, dict[str, OwnerUsage], Policies, datetime] | None = None
     # Monotonic time of the last positions written (`_show`), and whether the coming pass
     # was woken (`wait_for_wake`).
     shown_at: float = 0.0
@@ -284,20 +285,51 @@ class Dispatcher:
                 else w
                 for w in waiting
             ]
-            # Read again a pass interval on (an ended attempt's held devices are gone at once:
-            # they are counted from the reservations below).
+            # Read again a pass interval on; in between, what the attempts that ended add to it
+            # (`_add_ended`). Held devices are counted from the reservations below.
             history = self.history
             if history is None or time.monotonic() - history[0] >= settings.dispatch_interval_s:
                 usage = usage_since(
                     connection, now, settings.fair_share_half_life_s, settings.quota_period_s
                 )
-                history = self.history = (time.monotonic(), usage, load_policies(connection))
-        _, past, policies = history
+                policies = load_policies(connection)
+                history = self.history = (time.monotonic(), usage, policies, now)
+            else:
+                self._add_ended(history[1], history[3], stale, reserved_jobs, now)
+        _, past, policies, _ = history
         # Recent usage and policies as read at most a pass interval ago; held devices now.
         usage = {owner: OwnerUsage(0, u.decayed_s, u.period_s) for owner, u in past.items()}
         for r in held:
             usage.setdefault(r.owner, OwnerUsage()).held_devices += len(r.devices)
         return Snapshot(workers, reserved_jobs, stale, lost, held, waiting, usage, policies)
+
+    def _add_ended(
+        self,
+        usage: dict[str, OwnerUsage],
+        read_at: datetime,
+        ended: Sequence[ActiveReservation],
+        jobs: dict[str, admission.ReservedJob],
+        now: datetime,
+    ) -> None:
+        """Add to `usage` (read at `read_at`, which counted each held span up to then) what
+        the reservations released this pass held since: the owner who just ran comes after
+        the one who did not, without reading every span again."""
+        settings = self.settings
+        for r in ended:
+            job = jobs.get(r.job_id)
+            end = job.finished_at if job is not None and job.attempt == r.attempt else None
+            end = min(end or now, now)
+            start = max(r.admitted_at or read_at, read_at)
+            if end <= start:
+                continue
+            span = HeldSpan(r.owner, r.job_id, len(r.devices), start.timestamp(), end.timestamp())
+            owner = usage.setdefault(r.owner, OwnerUsage())
+            owner.decayed_s += decayed_seconds(
+                span, now.timestamp(), settings.fair_share_half_life_s
+            )
+            owner.period_s += period_seconds(
+                span, now.timestamp() - settings.quota_period_s, now.timestamp()
+            )
 
     def _capacity(self) -> list[WorkerCapacity]:
         """The live workers, read at most once per `dispatch_interval_s`, or
@@ -348,10 +380,29 @@ class Dispatcher:
             ids = ", ".join(job.id for job, _ in handed)
             log.warning("jobs %s admitted but not handed over yet: %s", ids, exc)
 
+    @property
+    def stop_key(self) -> str:
+        """A list of this dispatcher's own that its stop pushes to: `wait_for_wake` returns at
+        once then (an API process shuts down without waiting out the interval)."""
+        return f"{WAKE_KEY}:stop:{self.holder}"
+
     def wait_for_wake(self, timeout_s: float) -> bool:
         """Block until woken or `timeout_s`; whether something woke it."""
-        self.woken = self.redis.blpop([WAKE_KEY], timeout=timeout_s) is not None
+        popped = self.redis.blpop([WAKE_KEY, self.stop_key], timeout=timeout_s)
+        self.woken = popped is not None and popped[0] in (WAKE_KEY, WAKE_KEY.encode())
         return self.woken
+
+    def interrupt(self) -> None:
+        """End a `wait_for_wake` in progress (for a stop), on a connection of its own: the
+        dispatcher's thread may be closing its own meanwhile."""
+        redis = Redis.from_url(self.settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
+        try:
+            with redis.pipeline() as pipe:
+                pipe.lpush(self.stop_key, 1)
+                pipe.expire(self.stop_key, 60)
+                pipe.execute()
+        finally:
+            redis.close()
 
     def give_up(self) -> None:
         if self.lease is None:
@@ -398,8 +449,14 @@ class DispatcherThread(threading.Thread):
                 log.warning("dispatch pass failed: %s", exc)
                 self.stopping.wait(1.0)
         dispatcher.give_up()
+        with suppress(RedisError):
+            dispatcher.redis.delete(dispatcher.stop_key)
         dispatcher.redis.close()
 
     def stop(self) -> None:
         self.stopping.set()
+        try:
+            self.dispatcher.interrupt()
+        except RedisError as exc:  # it wakes by itself within an interval
+            log.debug("dispatcher not interrupted: %s", exc)
         self.join(timeout=self.dispatcher.settings.dispatch_interval_s + 10)
