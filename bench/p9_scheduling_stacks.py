@@ -78,7 +78,7 @@ def running_at(http: httpx.Client, job_id: str) -> float:
     """When the job reached `running` (its state event's time)."""
     items = http.get(f"/v1/jobs/{job_id}/timeline").json()["items"]
     return min(
-        at(str(e["data"]["ts"]))
+        float(e["data"]["ts"])
         for e in items
         if e["event"] == "state" and e["data"].get("state") == "running"
     )

@@ -413,7 +413,12 @@ def test_runs_compared_and_failures_explained(
     with shared_sqlite_stack.client() as http:
         # On a queue no live worker serves yet (else it is refused at once), then admitted onto
         # one of 1 slot, which has no GPU.
-        broken_spec = {"name": "too-wide", "recipe": "synthetic", "device": "cuda"}
+        broken_spec = {
+            "name": "too-wide",
+            "recipe": "synthetic",
+            "nproc_per_node": 1,
+            "device": "cuda",
+        }
         broken = http.post("/v1/jobs", json={**broken_spec, "queue": "wide"}).json()["id"]
     shared_sqlite_stack.start_worker("wide", args=["--slots", "1"])
     code = readme_sdk_snippet()
