@@ -4,12 +4,14 @@ with simulated workers that end each job at once (S3), so the dispatcher alone i
 """
 
 import random
-import threading
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from redis import Redis
+from sqlalchemy import update
 from sqlmodel import Session
 
 from devstack.workers import register_worker
@@ -18,6 +20,7 @@ from jobs.states import JobState
 from service import records
 from service.db import make_engine, upgrade_database
 from service.executors.dispatch import wake_dispatcher
+from service.models import Job, utcnow
 from service.scheduling.capacity import dispatch_queue_name
 from service.scheduling.dispatcher import Dispatcher
 from service.scheduling.planner import (
@@ -82,7 +85,6 @@ def pass_times(root: Path, redis_url: str, passes: int = 50) -> tuple[float, lis
     url = f"sqlite:///{root / 'passes.db'}"
     upgrade_database(url)
     settings = Settings(data_dir=root, database_url=url, redis_url=redis_url)
-    settings = settings.model_copy(update={"scheduler": "dispatcher"})
     engine = make_engine(url)
     redis = Redis.from_url(redis_url)
     rng = random.Random(3)
@@ -109,62 +111,76 @@ def pass_times(root: Path, redis_url: str, passes: int = 50) -> tuple[float, lis
     return first, times
 
 
-class SimulatedWorkers:
-    """Threads that each pop their worker's queue and end the job at once (no process)."""
-
-    def __init__(self, engine: Any, redis_url: str, names: list[str]) -> None:
-        self.engine, self.redis_url, self.names = engine, redis_url, names
-        self.stopping = threading.Event()
-        self.threads = [threading.Thread(target=self.serve, args=(n,)) for n in names]
-
-    def serve(self, name: str) -> None:
-        redis = Redis.from_url(self.redis_url)
-        key = f"rq:queue:{dispatch_queue_name(name)}"
-        while not self.stopping.is_set():
-            popped = redis.blpop([key], timeout=0.2)
-            if popped is None:
-                continue
-            job_id, attempt = popped[1].decode().rsplit("-", 1)
-            with Session(self.engine) as session:
-                records.take_job(session, job_id, int(attempt))
-                records.transition_job(session, job_id, JobState.SUCCEEDED, attempt=int(attempt))
-            wake_dispatcher(redis)
-
-    def __enter__(self) -> "SimulatedWorkers":
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        for thread in self.threads:
-            thread.join()
+def serve_simulated(database_url: str, redis_url: str, names: list[str]) -> None:
+    """Simulated workers (`python -m bench.p9_scheduling_simulated serve ...`): wait on every
+    worker's own queue, take all that is there, mark those jobs succeeded in one UPDATE (no
+    process, no event: what the dispatcher reads of a job is its state), and wake the
+    dispatcher. Their own process, so that the dispatcher's is measured alone."""
+    engine = make_engine(database_url)
+    redis = Redis.from_url(redis_url)
+    keys = [f"rq:queue:{dispatch_queue_name(n)}" for n in names]
+    table = Job.__table__  # type: ignore[attr-defined]
+    while True:
+        popped = redis.blpop(keys, timeout=5)
+        if popped is None:
+            return  # nothing for 5 s: the benchmark is over
+        with redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.lpop(key, 1000)
+            more = [task for tasks in pipe.execute() if tasks for task in tasks]
+        ids = [task.decode().rsplit("-", 1)[0] for task in [popped[1], *more]]
+        now = utcnow()
+        with engine.begin() as connection:
+            connection.execute(
+                update(table)
+                .where(table.c.id.in_(ids), table.c.state == JobState.QUEUED.value)
+                .values(
+                    state=JobState.SUCCEEDED.value, started_at=now, finished_at=now, worker="sim"
+                )
+            )
+        wake_dispatcher(redis)
 
 
-def simulated_throughput(root: Path, redis_url: str, jobs: int = 600) -> float:
+def simulated_throughput(
+    root: Path, redis_url: str, jobs: int = 3000, workers: int = 20
+) -> tuple[float, list[float]]:
+    """Admissions per second of a dispatcher passing as the API's thread does (woken by the
+    workers, else every interval) while `workers` simulated one-slot workers end each job at
+    once; and each pass's seconds."""
     url = f"sqlite:///{root / 'throughput.db'}"
     upgrade_database(url)
-    settings = Settings(data_dir=root, database_url=url, redis_url=redis_url).model_copy(
-        update={"scheduler": "dispatcher"}
-    )
+    settings = Settings(data_dir=root, database_url=url, redis_url=redis_url)
     engine = make_engine(url)
     redis = Redis.from_url(redis_url)
     redis.flushdb()
-    names = [f"sim{i}" for i in range(20)]
+    names = [f"sim{i}" for i in range(workers)]
     for name in names:
         register_worker(redis, name, 1, ttl_s=3600)
     spec = JobSpec.model_validate({"name": "n", "recipe": "synthetic", "nproc_per_node": 1})
     with Session(engine) as session:
-        ids = [records.create_job(session, spec, owner=f"o{i % 5}").id for i in range(jobs)]
+        for i in range(jobs):
+            records.create_job(session, spec, owner=f"o{i % 5}")
     dispatcher = Dispatcher(engine, redis, settings)
     lease = dispatcher.keep_lease()
     assert lease is not None
-    admitted = 0
-    with SimulatedWorkers(engine, redis_url, names):
+    dispatcher.run_pass(lease)  # the first pass writes every position: not the steady state
+    serve = [sys.executable, "-m", "bench.p9_scheduling_simulated", "serve", url, redis_url]
+    admitted, passes = 0, []
+    simulated = subprocess.Popen([*serve, *names])
+    try:
         started = time.perf_counter()
-        while admitted < len(ids):
+        while admitted < jobs - workers:
+            began = time.perf_counter()
             admitted += len(dispatcher.run_pass(lease).admitted)
-            redis.blpop(["launchbay:dispatch:wake"], timeout=0.05)
+            passes.append(time.perf_counter() - began)
+            dispatcher.wait_for_wake(settings.dispatch_interval_s)
         took = time.perf_counter() - started
-    engine.dispose()
-    return admitted / took
+    finally:
+        simulated.terminate()
+        simulated.wait(timeout=30)
+        engine.dispose()
+    return admitted / took, passes
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["serve"]:
+    serve_simulated(sys.argv[2], sys.argv[3], sys.argv[4:])

@@ -1,6 +1,6 @@
-"""P9 (docs/scheduling.md) on real stacks: POST → launcher start under the dispatcher and
-under FIFO (S2), jobs started per second by real workers (S3), and fair share between two
-owners on two one-slot workers (S4).
+"""P9 (docs/scheduling.md) on real stacks: jobs reaching running per second on real workers
+(S3), and fair share between two owners on two one-slot workers (S4). What the dispatcher
+adds to one job's start beside the RQ hand-over without it (S2) is `bench.p9_dispatch_path`.
 """
 
 import io
@@ -13,14 +13,10 @@ from typing import Any
 
 import httpx
 
-from bench.common import MARKER, attempt_paths, birth_time
+from bench.common import MARKER
 from devstack.stack import Stack
-from jobs.states import JobState
 
 NOOP = b"print('ok')\n"
-
-
-DISPATCHER = {"LAUNCHBAY_SCHEDULER": "dispatcher", "LAUNCHBAY_SUBMISSIONS_PER_MINUTE": "0"}
 
 
 @contextmanager
@@ -54,38 +50,6 @@ def at(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def launch_delay(stack: Stack, http: httpx.Client, spec: dict[str, Any]) -> float:
-    before = time.time()
-    response = http.post("/v1/jobs", json=spec)
-    response.raise_for_status()
-    job_id = response.json()["id"]
-    stack.wait_for_state(http, job_id, {JobState.SUCCEEDED}, timeout=120, interval=0.05)
-    launcher_log = attempt_paths(stack, job_id).launcher_log
-    return birth_time(launcher_log) - before
-
-
-def launch_delays(root: Path, redis_url: str, rounds: int = 11) -> tuple[list[float], list[float]]:
-    fifo_root, dispatch_root = root / "fifo", root / "dispatch"
-    fifo_redis = redis_url.rsplit("/", 1)[0] + "/1"
-    fifo: list[float] = []
-    dispatched: list[float] = []
-    with (
-        stack_of(fifo_root, fifo_redis, 1) as plain,
-        stack_of(dispatch_root, redis_url, 1, **DISPATCHER) as scheduled,
-        plain.client() as plain_http,
-        scheduled.client() as scheduled_http,
-    ):
-        for http in (plain_http, scheduled_http):
-            wait_for_workers(http, 1)
-        plain_spec, scheduled_spec = noop_spec(plain_http), noop_spec(scheduled_http)
-        for _ in range(rounds):
-            fifo.append(launch_delay(plain, plain_http, plain_spec))
-            time.sleep(0.3)
-            dispatched.append(launch_delay(scheduled, scheduled_http, scheduled_spec))
-            time.sleep(0.3)
-    return fifo[1:], dispatched[1:]
-
-
 def wait_for_workers(http: httpx.Client, count: int, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while len(http.get("/v1/workers").json()["items"]) < count:
@@ -95,7 +59,7 @@ def wait_for_workers(http: httpx.Client, count: int, timeout: float = 120) -> No
 
 
 def real_throughput(root: Path, redis_url: str, workers: int = 4, jobs: int = 40) -> float:
-    with stack_of(root, redis_url, workers, **DISPATCHER) as stack, stack.client() as http:
+    with stack_of(root, redis_url, workers) as stack, stack.client() as http:
         wait_for_workers(http, workers)
         spec = noop_spec(http)
         ids = []
@@ -104,13 +68,24 @@ def real_throughput(root: Path, redis_url: str, workers: int = 4, jobs: int = 40
             response = http.post("/v1/jobs", json=spec)
             response.raise_for_status()
             ids.append(response.json()["id"])
-        ended = [stack.wait_for_state(http, j, {"succeeded"}, timeout=600) for j in ids]
-        last_start = max(at(j["started_at"]) for j in ended)
-    return jobs / (last_start - began)
+        for job_id in ids:
+            stack.wait_for_state(http, job_id, {"succeeded"}, timeout=600)
+        running = [running_at(http, job_id) for job_id in ids]
+    return jobs / (max(running) - began)
+
+
+def running_at(http: httpx.Client, job_id: str) -> float:
+    """When the job reached `running` (its state event's time)."""
+    items = http.get(f"/v1/jobs/{job_id}/timeline").json()["items"]
+    return min(
+        float(e["data"]["ts"])
+        for e in items
+        if e["event"] == "state" and e["data"].get("state") == "running"
+    )
 
 
 def fair_share(root: Path, redis_url: str) -> dict[str, float]:
-    with stack_of(root, redis_url, 2, **DISPATCHER) as stack, stack.client() as http:
+    with stack_of(root, redis_url, 2) as stack, stack.client() as http:
         wait_for_workers(http, 2)
         tokens = {}
         for owner in ("a", "b"):

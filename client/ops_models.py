@@ -129,9 +129,6 @@ class Usage(ApiModel):
     since: datetime
     until: datetime
     items: list[OwnerUsage]
-    # False where usage is not recorded (a scheduler other than the dispatcher): `items` is
-    # then empty whatever ran.
-    recorded: bool = True
 
 
 class CodeUpload(ApiModel):

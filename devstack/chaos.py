@@ -37,7 +37,6 @@ FAULTS = ("worker", "api", "redis", "rank")
 MARKER = os.environ.get(SESSION_MARKER) or f"chaos-{uuid.uuid4().hex}"
 # Heartbeats and the reaper fast enough that a killed worker's job is retried within seconds.
 FAST_FAULTS = {
-    "LAUNCHBAY_SCHEDULER": "dispatcher",
     "LAUNCHBAY_HEARTBEAT_INTERVAL_S": "1",
     "LAUNCHBAY_REAPER_INTERVAL_S": "1",
     "LAUNCHBAY_REAPER_LOST_AFTER_S": "6",

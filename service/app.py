@@ -1,6 +1,7 @@
 """The FastAPI application and `launchbay api`."""
 
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -46,7 +47,7 @@ from service.routes import (
 )
 from service.scheduling.dispatcher import DispatcherThread
 from service.schemas import ERROR_RESPONSES
-from service.settings import Settings, get_settings
+from service.settings import Settings, get_settings, removed_variables_note
 from service.stream_notifier import StreamNotifier
 from service.webhook_delivery import WebhookDispatcher
 
@@ -89,6 +90,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        for note in removed_variables_note(os.environ):
+            log.warning("%s", note)
         make_non_dumpable()  # in every API process, however many uvicorn starts
         app.state.settings = settings
         app.state.engine = make_engine(
@@ -104,8 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.webhook_delivery_enabled:
             deliveries.start()
         dispatcher = DispatcherThread(app.state.engine, settings)
-        if settings.uses_dispatcher:
-            dispatcher.start()
+        dispatcher.start()
         app.state.stream_notifier = StreamNotifier(
             app.state.engine,
             settings.stream_poll_s,

@@ -5,9 +5,10 @@ environment by the executor registry (`service.executors.registry`)."""
 
 import re
 import socket
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -40,6 +41,14 @@ DEFAULT_FORBIDDEN_ENV = (
 )
 # An entry of LAUNCHBAY_JOB_PASS_ENV: a name, or a prefix of names ending in `*`.
 PASS_ENV_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
+# Variables an earlier version read and this one ignores, with what to say, once, when one is
+# still set (`removed_variables_note`).
+REMOVED_VARIABLES = {
+    "LAUNCHBAY_SCHEDULER": (
+        "the dispatcher admits every job now (docs/scheduling.md, 'From LAUNCHBAY_SCHEDULER'); "
+        "this variable is ignored and may be removed"
+    ),
+}
 
 
 class Settings(BaseSettings):
@@ -168,10 +177,8 @@ class Settings(BaseSettings):
     s3_presign_ttl_s: int = Field(default=300, ge=1, le=7 * 24 * 3600)
     checkpoint_upload_retry_s: float = Field(default=300.0, ge=0)
     checkpoint_upload_bytes_per_s: int = Field(default=64 * 1024 * 1024, ge=0)
-    # Scheduling (docs/scheduling.md): `fifo`, each queue first in first out to whichever
-    # worker takes it; `dispatcher`, admitted by the API's dispatcher onto free devices, by
-    # priority, fair share and quotas (per-owner weights and quotas: /v1/policies).
-    scheduler: Literal["fifo", "dispatcher"] = "fifo"
+    # Scheduling (docs/scheduling.md): every job is admitted by the API's dispatcher onto free
+    # devices, by priority, fair share and quotas (per-owner weights and quotas: /v1/policies).
     # How long the dispatcher's lease lasts unless renewed, and its pass when nothing wakes it.
     dispatch_lease_s: float = Field(default=10.0, gt=0)
     dispatch_interval_s: float = Field(default=1.0, gt=0)
@@ -223,11 +230,6 @@ class Settings(BaseSettings):
         return value
 
     @property
-    def uses_dispatcher(self) -> bool:
-        """Whether the dispatcher admits the jobs of the workers' queues (LAUNCHBAY_SCHEDULER)."""
-        return self.scheduler == "dispatcher"
-
-    @property
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
@@ -265,3 +267,13 @@ class Settings(BaseSettings):
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
+
+
+def removed_variables_note(environ: Mapping[str, str]) -> list[str]:
+    """One line for each variable of `REMOVED_VARIABLES` set in `environ`: what a process logs,
+    once, at its start (an install's old environment must not stop it)."""
+    return [
+        f"{name}={environ[name]!r}: {why}"
+        for name, why in REMOVED_VARIABLES.items()
+        if name in environ
+    ]

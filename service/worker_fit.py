@@ -9,8 +9,10 @@ says so at once:
 - no live worker serves the queue: accepted, nothing said (workers may come: autoscaling);
 - live workers serve it and none could ever run it: 422 `never_fits`, naming what they have,
   as the dispatcher answers a job more devices than any of its workers have;
-- some could and some could not (with RQ any worker of the queue may take it), or none could
-  but a damaged record may be a worker of the queue: accepted, with a warning on the job.
+- some could not for a reason the dispatcher does not weigh (a GPU job on a queue where
+  some workers have none: the dispatcher counts devices, it does not tell GPUs from CPU
+  slots), or none could but a damaged record may be a worker of the queue: accepted, with a
+  warning on the job.
 
 The records are written by the workers, so none is trusted to be well formed: a record that is
 not JSON, not an object or not a worker record is "unknown" (it may serve the queue), and a
@@ -89,7 +91,7 @@ def _named(workers: Sequence[tuple[WorkerRecord, str]]) -> str:
     return ", ".join(said) + (f" and {more} more" if more > 0 else "")
 
 
-def fit_warnings(spec: JobSpec, live: LiveWorkers, *, dispatcher: bool) -> list[str]:
+def fit_warnings(spec: JobSpec, live: LiveWorkers) -> list[str]:
     """The warnings for the accepted job; Unprocessable (`never_fits`) when live workers of its
     queue are known, every record read, and none could ever run it."""
     unable = [(w, why) for w in live.records if (why := why_unable(spec, w)) is not None]
@@ -117,17 +119,16 @@ def fit_warnings(spec: JobSpec, live: LiveWorkers, *, dispatcher: bool) -> list[
             "those named may take it and fail it with launch_error"
         ]
     # The dispatcher admits a job only where it has enough devices; it does not tell GPUs apart.
-    if dispatcher:
-        unable = [(w, why) for w, why in unable if "nproc_per_node" not in why]
-        if not unable:
-            return []
+    unable = [(w, why) for w, why in unable if "nproc_per_node" not in why]
+    if not unable:
+        return []
     return [
         f"some live workers of queue '{queue}' could never run this job: {_named(unable)}; "
         "one of them may take it and fail it with launch_error"
     ]
 
 
-def check_worker_fit(redis: Redis, spec: JobSpec, *, dispatcher: bool) -> list[str]:
+def check_worker_fit(redis: Redis, spec: JobSpec) -> list[str]:
     """`fit_warnings` of the queue's live workers (bounded as a job's warnings are); none when
     Redis does not answer."""
     try:
@@ -135,4 +136,4 @@ def check_worker_fit(redis: Redis, spec: JobSpec, *, dispatcher: bool) -> list[s
     except RedisError as exc:
         log.warning("workers unknown at submission (Redis: %s); the job is accepted", exc)
         return []
-    return merge_warnings([], fit_warnings(spec, live, dispatcher=dispatcher))
+    return merge_warnings([], fit_warnings(spec, live))

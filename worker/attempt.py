@@ -138,8 +138,6 @@ def take_attempt(
 
 def reserved_for(services: AttemptServices, ref: AttemptRef) -> tuple[str, ...] | None:
     """The devices the dispatcher reserved for this node of the attempt, if it did."""
-    if not services.settings.uses_dispatcher:
-        return None
     with services.engine.connect() as connection:
         found = reservations_of(connection, ref.job_id, ref.attempt)
     node = ref.node or 0

@@ -48,7 +48,7 @@ from service.hardening import harden_service
 from service.models import utcnow
 from service.scheduling.capacity import dispatch_queue_name, is_dispatch_queue
 from service.schemas import WorkerJob, WorkerRecord
-from service.settings import Settings, get_settings
+from service.settings import Settings, get_settings, removed_variables_note
 from service.worker_records import delete_worker_record, read_worker_records, save_worker
 from worker import tasks
 from worker.devices import (
@@ -318,6 +318,8 @@ def run_worker(
         logging.basicConfig(
             level=logging_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
         )
+    for note in removed_variables_note(os.environ):
+        log.warning("%s", note)
     tasks.configure(settings)
     harden_service(settings.data_dir.resolve(), settings.resolved_database_url)
     check_host(settings)  # what jobs cannot reach refuses the start: `JobsCannotRun`

@@ -188,12 +188,6 @@ def usage(
         print_json(used)
         return
     rows = render.plain(used.items)
-    if not rows and not used.recorded:
-        out().print(
-            "no usage: it is recorded only while the dispatcher admits jobs "
-            "(LAUNCHBAY_SCHEDULER=dispatcher, docs/scheduling.md); this service does not use it"
-        )
-        return
     for row in rows:
         row["device_hours"] = f"{row['device_seconds'] / 3600:.3f}"
     caption = f"since {used.since.isoformat()}"

@@ -6,9 +6,10 @@
                   `NodePlacement`), `ExecutorUnavailable`, `submit_retry`, `lost_tasks`
     registry.py   `register`, the built-in registrations, `make_executor` (the one place that
                   routes a job's queue to its executor: `RoutingExecutor`)
-    rq.py         `RQExecutor`: Redis + RQ, first in first out; the one builder of an RQ task
-    dispatch.py   `DispatchExecutor`: RQ under the dispatcher (LAUNCHBAY_SCHEDULER
-                  `dispatcher`), and its hand-over of admitted nodes to their workers
+    rq.py         `RQExecutor`: Redis + RQ, a task straight onto its queue; the one builder of
+                  an RQ task (the dispatcher's executor is built on it)
+    dispatch.py   `DispatchExecutor`: the workers' executor: RQ under the dispatcher, which
+                  admits every job, and its hand-over of admitted nodes to their workers
     slurm/        `SlurmExecutor`: one Slurm batch job per attempt, for the queues in
                   LAUNCHBAY_SLURM_QUEUES (docs/slurm.md)
 

@@ -1,7 +1,7 @@
-"""The RQ executor under the dispatcher (LAUNCHBAY_SCHEDULER `dispatcher`): `submit` of a job
-no reservation holds yet wakes the dispatcher instead of enqueueing, and the nodes of an
-admitted job go each to the RQ queue of the worker reserved for it
-(`capacity.dispatch_queue_name`): the hand-over.
+"""The executor of the workers' queues: RQ under the dispatcher, which admits every job
+(docs/scheduling.md). `submit` of a job no reservation holds yet wakes the dispatcher
+instead of enqueueing, and the nodes of an admitted job go each to the RQ queue of the
+worker reserved for it (`capacity.dispatch_queue_name`): the hand-over.
 
 This is the dispatcher's one entry from the rest of Launchbay: the API's submit and the
 retry of an attempt (`service.executors.base.submit_retry`) call `submit`, the reaper
@@ -38,6 +38,10 @@ def wake_dispatcher(redis: Redis) -> None:
         pipe.execute()
 
 
+# A job's attempt to hand over, and the reservations of its nodes.
+Handed = tuple[Job, Sequence[ActiveReservation]]
+
+
 def hand_over(
     redis: Redis,
     job: Job,
@@ -47,17 +51,32 @@ def hand_over(
     only: Sequence[str] | None = None,
 ) -> None:
     """Enqueue each node's task of the job's attempt on its reserved worker's own queue."""
-    worker_of = {r.node: r.worker for r in reservations}
+    hand_over_all(redis, [(job, reservations)], grace_s=grace_s, only=only)
+
+
+def hand_over_all(
+    redis: Redis,
+    handed: Sequence[Handed],
+    *,
+    grace_s: float,
+    only: Sequence[str] | None = None,
+) -> None:
+    """`hand_over` of every job of `handed`, in one Redis transaction (one round trip): a
+    dispatch pass hands over all it admitted at once."""
     by_queue: dict[str, list[EnqueueData]] = {}
-    for task in attempt_tasks(job):
-        if only is not None and task.task_id not in only:
-            continue
-        worker = worker_of.get(task.node or 0)
-        if worker is None:
-            continue
-        by_queue.setdefault(dispatch_queue_name(worker), []).append(
-            prepare_task(job, task, grace_s=grace_s, on=worker)
-        )
+    for job, reservations in handed:
+        worker_of = {r.node: r.worker for r in reservations}
+        for task in attempt_tasks(job):
+            if only is not None and task.task_id not in only:
+                continue
+            worker = worker_of.get(task.node or 0)
+            if worker is None:
+                continue
+            by_queue.setdefault(dispatch_queue_name(worker), []).append(
+                prepare_task(job, task, grace_s=grace_s, on=worker)
+            )
+    if not by_queue:
+        return
     with redis.pipeline() as pipe:
         for name, tasks in by_queue.items():
             Queue(name, connection=redis).enqueue_many(tasks, pipeline=pipe)

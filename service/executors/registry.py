@@ -185,11 +185,9 @@ def placement_for(name: str, environ: Mapping[str, str]) -> NodePlacement | None
 
 
 def _workers(context: ExecutorContext, own: RQSettings) -> Executor:
-    """RQ, first in first out, or under the dispatcher (LAUNCHBAY_SCHEDULER)."""
+    """RQ workers, each job admitted onto them by the dispatcher (docs/scheduling.md)."""
     settings = context.settings
-    if settings.uses_dispatcher:
-        return DispatchExecutor(context.redis, context.engine, grace_s=settings.cancel_grace_s)
-    return RQExecutor(context.redis, grace_s=settings.cancel_grace_s)
+    return DispatchExecutor(context.redis, context.engine, grace_s=settings.cancel_grace_s)
 
 
 def _slurm(context: ExecutorContext, own: SlurmSettings) -> Executor:

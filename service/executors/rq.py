@@ -1,5 +1,7 @@
 """The RQ executor: a task is an RQ job on the job's queue, run by `launchbay worker`
-(`worker.tasks.run_job`), first in first out.
+(`worker.tasks.run_job`), first in first out. The service submits through the dispatcher's
+executor built on it (`service.executors.dispatch`); a worker still takes what an earlier
+version left on its shared queues.
 
 An RQ task is built in one place (`prepare_task`), from the task's plan (`attempt_tasks`);
 the call RQ stores is `run_job(job_id, attempt)`, or `run_job(job_id, attempt, node)` for a

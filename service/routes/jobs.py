@@ -72,7 +72,7 @@ def submit_job(
         if existing is not None:
             return _replay(existing, request_hash, response)
     # After the replay: a retry with its key is never refused for the rate or the workers.
-    warnings = check_worker_fit(redis, spec, dispatcher=settings.scheduler == "dispatcher")
+    warnings = check_worker_fit(redis, spec)
     quota.check_disk_quota(session, principal, settings)
     policy.check_submission_rate(redis, principal.name, settings.submissions_per_minute)
     try:

@@ -107,9 +107,6 @@ class UsagePublic(BaseModel):
     since: datetime
     until: datetime
     items: list[OwnerUsagePublic]
-    # Usage is recorded as the dispatcher admits jobs: false under `LAUNCHBAY_SCHEDULER=fifo`,
-    # where `items` stays empty whatever runs (clients say why).
-    recorded: bool = True
 
 
 @router.get("/v1/usage", response_model=UsagePublic)
@@ -144,5 +141,4 @@ def read_usage(
             OwnerUsagePublic(owner=u.owner, device_seconds=u.device_seconds, jobs=u.jobs)
             for u in items
         ],
-        recorded=settings.scheduler == "dispatcher",
     )

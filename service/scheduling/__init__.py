@@ -10,7 +10,7 @@ at once, then hands each node to its worker.
     admission   the transaction that admits, checked against the lease
     readmission a job admitted onto a worker gone before taking it, queued as its next attempt
     dispatcher  the thread in each API process that takes the lease and dispatches
-    submission  what a submission must meet under the dispatcher (could it ever fit?)
+    submission  what a submission must meet (its priority; could it ever fit?)
 
 Its executor, the RQ one whose `submit` wakes the dispatcher and which hands admitted nodes
 over to their workers, is `service.executors.dispatch`.

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, exists, insert, select, update
+from sqlalchemy import Connection, exists, insert, select, tuple_, update
 from sqlmodel import Session
 
 from jobs.states import JobState
@@ -31,7 +31,7 @@ class WaitingRow:
 
 
 # What the planner needs of a spec: (priority, nnodes, nproc_per_node). A spec never changes
-# once stored, so the dispatcher keeps these by job id and reads each spec once.
+# once stored, so the dispatcher keeps these by job id and reads each spec once (`load_queue`).
 SpecFacts = tuple[int, int, int]
 
 
@@ -44,53 +44,77 @@ def spec_facts(spec: dict[str, Any] | None) -> SpecFacts:
     )
 
 
-def load_specs(connection: Connection, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    found: dict[str, dict[str, Any]] = {}
-    for start in range(0, len(ids), 500):
-        chunk = list(ids[start : start + 500])
-        rows = connection.execute(select(_job.c.id, _job.c.spec).where(_job.c.id.in_(chunk)))
-        found.update({r.id: r.spec or {} for r in rows})
-    return found
+# What a waiting job last showed: (queue_position, pending_reason), by job id.
+Shown = dict[str, tuple[int | None, str | None]]
 
 
 def load_queue(
     connection: Connection,
     reserved: Collection[tuple[str, int]],
-    known: dict[str, SpecFacts],
+    known: dict[str, QueuedJob],
     elsewhere: Collection[str] = (),
+    shown: Shown | None = None,
 ) -> list[WaitingRow]:
     """The queued jobs that no reservation holds yet, with what they last showed. `known`
-    (job id → its spec's facts) is read from and added to; ids that left the queue go. Jobs
-    of the queues `elsewhere` (another executor's) are not the dispatcher's."""
+    (job id → the job as the planner sees it: what never changes once stored) is read from
+    and added to, so each pass reads two columns of each queued job and the rest of new ones
+    only; ids that left the queue go. What each job showed is `shown` (what this dispatcher
+    wrote), else read. Jobs of the queues `elsewhere` (another executor's) are not the
+    dispatcher's."""
+    columns = [_job.c.id, _job.c.attempt]
+    if shown is None:
+        columns += [_job.c.queue_position, _job.c.pending_reason]
     rows = [
         r
-        for r in connection.execute(
+        for r in connection.execute(select(*columns).where(_job.c.state == JobState.QUEUED.value))
+        if (r.id, r.attempt) not in reserved
+    ]
+    missing = [r.id for r in rows if r.id not in known]
+    known.update(load_new_jobs(connection, missing))
+    waiting = {r.id for r in rows}
+    for gone in [job_id for job_id in known if job_id not in waiting]:
+        del known[gone]
+    queue = []
+    for r in rows:
+        job = known.get(r.id)
+        if job is None or job.queue in elsewhere:
+            continue
+        if job.attempt != r.attempt:
+            job = known[r.id] = replace(job, attempt=r.attempt)
+        if shown is None:
+            queue.append(WaitingRow(job, r.queue_position, r.pending_reason))
+        else:
+            queue.append(WaitingRow(job, *shown.get(r.id, (None, None))))
+    return queue
+
+
+def load_new_jobs(connection: Connection, ids: Sequence[str]) -> dict[str, QueuedJob]:
+    """The queued jobs `ids` as the planner sees them, in one query per 500."""
+    found: dict[str, QueuedJob] = {}
+    for start in range(0, len(ids), 500):
+        rows = connection.execute(
             select(
                 _job.c.id,
                 _job.c.attempt,
                 _job.c.owner,
                 _job.c.queue,
                 _job.c.created_at,
-                _job.c.queue_position,
-                _job.c.pending_reason,
-            ).where(_job.c.state == JobState.QUEUED.value)
+                _job.c.spec,
+            ).where(_job.c.id.in_(list(ids[start : start + 500])))
         )
-        if (r.id, r.attempt) not in reserved and r.queue not in elsewhere
-    ]
-    missing = [r.id for r in rows if r.id not in known]
-    for job_id, spec in load_specs(connection, missing).items():
-        known[job_id] = spec_facts(spec)
-    waiting = {r.id for r in rows}
-    for gone in [job_id for job_id in known if job_id not in waiting]:
-        del known[gone]
-    queue = []
-    for r in rows:
-        priority, nnodes, nproc = known.get(r.id, (0, 1, 1))
-        job = QueuedJob(
-            r.id, r.attempt, r.owner, r.queue, priority, nnodes, nproc, r.created_at.timestamp()
-        )
-        queue.append(WaitingRow(job, r.queue_position, r.pending_reason))
-    return queue
+        for r in rows:
+            priority, nnodes, nproc = spec_facts(r.spec)
+            found[r.id] = QueuedJob(
+                r.id,
+                r.attempt,
+                r.owner,
+                r.queue,
+                priority,
+                nnodes,
+                nproc,
+                r.created_at.timestamp(),
+            )
+    return found
 
 
 @dataclass(frozen=True)
@@ -250,32 +274,20 @@ def admit(
     whose attempt was reserved before and released is admitted as its next attempt. Returns
     the jobs reserved (at the attempt reserved), each with its spec (for the hand-over)."""
     fence(connection, lease, lease_ttl_s)
-    reserved = []
+    earlier = earlier_reservations(connection, [job for job, _ in admitted])
+    candidates = []
     for planned, placements in admitted:
-        job = attempt_to_admit(connection, planned)
-        if job is None:
+        job = attempt_to_admit(connection, planned, earlier.get((planned.id, planned.attempt), []))
+        if job is not None:
+            candidates.append((job, placements))
+    taken = take_queued(connection, [job for job, _ in candidates])
+    reserved = []
+    rows: list[dict[str, Any]] = []
+    for job, placements in candidates:
+        if job.id not in taken:
             continue
-        taken = connection.execute(
-            update(_job)
-            .where(
-                _job.c.id == job.id,
-                _job.c.attempt == job.attempt,
-                _job.c.state == JobState.QUEUED.value,
-                ~exists().where(
-                    _reservation.c.job_id == job.id,
-                    _reservation.c.attempt == job.attempt,
-                    _reservation.c.released_at.is_(None),
-                ),
-            )
-            # The pending reason stays until a worker takes it: its goodput ledger says why it
-            # waited (`service.records.take_job`).
-            .values(queue_position=None)
-            .returning(_job.c.spec)
-        ).first()
-        if taken is None:
-            continue
-        reserved.append((job, dict(taken.spec or {})))
-        rows = [
+        reserved.append((job, taken[job.id]))
+        rows += [
             {
                 "job_id": job.id,
                 "attempt": job.attempt,
@@ -289,24 +301,73 @@ def admit(
             }
             for p in placements
         ]
+    if rows:
         connection.execute(insert(_reservation), rows)
     return reserved
 
 
-def attempt_to_admit(connection: Connection, job: QueuedJob) -> QueuedJob | None:
-    """`job` as it can be admitted: as is, unless its attempt was reserved already: None while
-    that holds, else (released: its worker went away before taking it, and the job was not
-    queued again then, as a database of an earlier version may hold) its next attempt."""
-    earlier = connection.execute(
-        select(_reservation.c.worker, _reservation.c.released_at).where(
-            _reservation.c.job_id == job.id, _reservation.c.attempt == job.attempt
+def take_queued(connection: Connection, jobs: Sequence[QueuedJob]) -> dict[str, dict[str, Any]]:
+    """Of `jobs`, those still queued at their attempt with no active reservation, their
+    position cleared: one UPDATE per 500 jobs. Returns each one's spec by id. The pending
+    reason stays until a worker takes the job: its goodput ledger says why it waited
+    (`service.records.take_job`)."""
+    taken: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(jobs), 500):
+        pairs = [(job.id, job.attempt) for job in jobs[start : start + 500]]
+        rows = connection.execute(
+            update(_job)
+            .where(
+                tuple_(_job.c.id, _job.c.attempt).in_(pairs),
+                _job.c.state == JobState.QUEUED.value,
+                ~exists().where(
+                    _reservation.c.job_id == _job.c.id,
+                    _reservation.c.attempt == _job.c.attempt,
+                    _reservation.c.released_at.is_(None),
+                ),
+            )
+            .values(queue_position=None)
+            .returning(_job.c.id, _job.c.spec)
         )
-    ).all()
+        taken.update({r.id: dict(r.spec or {}) for r in rows})
+    return taken
+
+
+# (job id, attempt) → (worker, released_at) of each reservation it held.
+EarlierReservations = dict[tuple[str, int], list[tuple[str, datetime | None]]]
+
+
+def earlier_reservations(connection: Connection, jobs: Sequence[QueuedJob]) -> EarlierReservations:
+    """The reservations that the attempts of `jobs` hold or held, in one query per 500 jobs."""
+    wanted = {(job.id, job.attempt) for job in jobs}
+    ids = sorted({job.id for job in jobs})
+    found: EarlierReservations = {}
+    for start in range(0, len(ids), 500):
+        rows = connection.execute(
+            select(
+                _reservation.c.job_id,
+                _reservation.c.attempt,
+                _reservation.c.worker,
+                _reservation.c.released_at,
+            ).where(_reservation.c.job_id.in_(ids[start : start + 500]))
+        )
+        for r in rows:
+            if (r.job_id, r.attempt) in wanted:
+                found.setdefault((r.job_id, r.attempt), []).append((r.worker, r.released_at))
+    return found
+
+
+def attempt_to_admit(
+    connection: Connection, job: QueuedJob, earlier: Sequence[tuple[str, datetime | None]]
+) -> QueuedJob | None:
+    """`job` as it can be admitted: as is, unless its attempt was reserved already (`earlier`,
+    read in the same transaction): None while that holds, else (released: its worker went
+    away before taking it, and the job was not queued again then, as a database of an
+    earlier version may hold) its next attempt."""
     if not earlier:
         return job
-    if any(r.released_at is None for r in earlier):
+    if any(released_at is None for _, released_at in earlier):
         return None
-    note = lost_worker_note([r.worker for r in earlier])
+    note = lost_worker_note([worker for worker, _ in earlier])
     attempt = requeue_admission(Session(bind=connection), job.id, job.attempt, note)
     return None if attempt is None else replace(job, attempt=attempt)
 
@@ -318,6 +379,15 @@ def show_waiting(
 ) -> int:
     """Write each waiting job's position (1 first) and reason where they changed; returns how
     many rows changed."""
+    changes = waiting_changes(previous, waiting)
+    show_queued(connection, changes)
+    return len(changes)
+
+
+def waiting_changes(
+    previous: dict[str, WaitingRow], waiting: Sequence[tuple[QueuedJob, str]]
+) -> list[QueuedShown]:
+    """Each waiting job's position (1 first) and reason, where they differ from `previous`."""
     changes = []
     for position, (job, reason) in enumerate(waiting, start=1):
         before = previous.get(job.id)
@@ -325,8 +395,7 @@ def show_waiting(
         if before is not None and before.position == position and before.reason == reason:
             continue
         changes.append(QueuedShown(job.id, job.attempt, position, reason))
-    show_queued(connection, changes)
-    return len(changes)
+    return changes
 
 
 def reservations_of(connection: Connection, job_id: str, attempt: int) -> list[ActiveReservation]:

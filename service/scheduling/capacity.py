@@ -3,6 +3,7 @@ when they stop heart-beating) and the reservations held on them (database rows).
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from redis import Redis
 from sqlalchemy import Connection, select
@@ -63,6 +64,8 @@ class ActiveReservation:
     owner: str
     worker: str
     devices: tuple[str, ...]
+    # When it was admitted (read with the active reservations; not where unknown).
+    admitted_at: datetime | None = None
 
 
 def active_reservations(connection: Connection) -> list[ActiveReservation]:
@@ -75,10 +78,19 @@ def active_reservations(connection: Connection) -> list[ActiveReservation]:
             table.c.owner,
             table.c.worker,
             table.c.devices,
+            table.c.admitted_at,
         ).where(table.c.released_at.is_(None))
     )
     return [
-        ActiveReservation(r.job_id, r.attempt, r.node, r.owner, r.worker, tuple(r.devices or ()))
+        ActiveReservation(
+            r.job_id,
+            r.attempt,
+            r.node,
+            r.owner,
+            r.worker,
+            tuple(r.devices or ()),
+            r.admitted_at,
+        )
         for r in rows
     ]
 

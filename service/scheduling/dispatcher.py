@@ -10,8 +10,15 @@ submission, the end of any attempt: `service.executors.dispatch.wake_dispatcher`
    went away before taking it (`readmission`), reserve the devices of every admitted job
    (planning again without a job that admission refused, so that its workers go to the jobs
    behind it: `admit_in_rounds`), ask preempted jobs to stop;
-4. after the commit, hand each admitted node to its worker
-   (`service.executors.dispatch.hand_over`), then show each waiting job's position and reason.
+4. after the commit, hand every admitted node to its worker, all in one Redis round trip
+   (`service.executors.dispatch.hand_over_all`), then show each waiting job's position and
+   reason where it changed: at once when few changed or nothing was admitted, else at most
+   once per `dispatch_interval_s` (while jobs stream out of a long queue, every pass would
+   otherwise write every waiting row again: `SHOW_AT_ONCE`).
+
+What changes slowly is read again at most once per `dispatch_interval_s`: the owners' recent
+usage and the policies; the live workers too, unless the pass was woken (a worker that came
+up since must not wait for the interval: then at most `WOKEN_CAPACITY_AGE_S` old).
 
 A dispatcher that dies between 3 and 4 leaves admitted jobs without tasks: the reaper
 finds them (`DispatchExecutor.describe`) and hands them over again.
@@ -21,6 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -34,9 +42,10 @@ from sqlmodel import Session
 
 from jobs.states import JobState
 from service.executors.base import ExecutorUnavailable
-from service.executors.dispatch import WAKE_KEY, hand_over
+from service.executors.dispatch import WAKE_KEY, Handed, hand_over_all
 from service.executors.registry import routed_queues
 from service.models import Job, utcnow
+from service.records import PENDING_REASON_MAX, show_queued
 from service.records.lifecycle import transition
 from service.scheduling import admission
 from service.scheduling.capacity import (
@@ -57,7 +66,7 @@ from service.scheduling.planner import (
 )
 from service.scheduling.policies import Policies, load_policies
 from service.scheduling.preemption import PREEMPTED_MESSAGE, preemption_message
-from service.scheduling.usage import usage_since
+from service.scheduling.usage import HeldSpan, decayed_seconds, period_seconds, usage_since
 from service.settings import Settings
 
 log = logging.getLogger("launchbay.dispatcher")
@@ -65,6 +74,11 @@ log = logging.getLogger("launchbay.dispatcher")
 
 # Admission rounds of one pass at most (`admit_in_rounds`).
 ADMISSION_ROUNDS = 3
+# Position and reason changes a pass that admitted jobs writes at once; more wait for the
+# next pass a `dispatch_interval_s` after the last write (or one that admits nothing).
+SHOW_AT_ONCE = 64
+# How old the live workers read may be for a pass that something woke.
+WOKEN_CAPACITY_AGE_S = 0.1
 
 Planned = list[tuple[QueuedJob, list[Placement]]]
 # A job reserved by this pass: at the attempt reserved, with its spec and placements.
@@ -100,6 +114,8 @@ class PassReport:
     waiting: int = 0
     released: int = 0
     preempted: list[str] = field(default_factory=list)
+    # Waiting jobs whose position or reason this pass wrote.
+    shown: int = 0
     # Seconds the decision itself took (reading excluded): the planner.
     decision_s: float = 0.0
 
@@ -157,12 +173,19 @@ class Dispatcher:
     elsewhere: frozenset[str] = field(default_factory=routed_queues)
     lease: Lease | None = None
     renewed_at: float = 0.0
-    # What the planner needs of each queued job's spec, read once (`admission.load_queue`).
-    known_specs: dict[str, admission.SpecFacts] = field(default_factory=dict)
+    # Each queued job as the planner sees it, read once (`admission.load_queue`).
+    known_jobs: dict[str, QueuedJob] = field(default_factory=dict)
+    # What each waiting job shows, as this dispatcher last wrote it; None: read it (after a
+    # takeover another may have written since).
+    shown: admission.Shown | None = None
     # (monotonic time read, the live workers then): `_capacity`.
     capacity: tuple[float, list[WorkerCapacity]] | None = None
     # (monotonic time read, owners' recent usage, policies): `_read`.
-    history: tuple[float, dict[str, OwnerUsage], Policies] | None = None
+    history: tuple[float, dict[str, OwnerUsage], Policies, datetime] | None = None
+    # Monotonic time of the last positions written (`_show`), and whether the coming pass
+    # was woken (`wait_for_wake`).
+    shown_at: float = 0.0
+    woken: bool = True
 
     def keep_lease(self) -> Lease | None:
         """Hold (renew, or take over) the lease; None while another process holds it."""
@@ -173,6 +196,7 @@ class Dispatcher:
             lease = take_lease(connection, self.holder, self.settings.dispatch_lease_s)
         if lease is not None and (self.lease is None or lease.token != self.lease.token):
             log.info("dispatcher %s leads (fencing token %d)", self.holder, lease.token)
+            self.shown = None
         self.lease, self.renewed_at = lease, now
         return lease
 
@@ -205,13 +229,34 @@ class Dispatcher:
                     ", ".join(gone),
                 )
         # Handed over before the positions are written: the launch waits for nothing else.
-        for job, spec, places in admitted:
-            report.admitted.append(job.id)
-            self._hand_over(job, spec, places)
-        with self.engine.begin() as connection:
-            admission.show_waiting(connection, {w.job.id: w for w in seen.waiting}, plan.waiting)
+        report.admitted = [job.id for job, _, _ in admitted]
+        self._hand_over(admitted)
+        report.shown = self._show(seen, plan, admitted=report.admitted)
         report.released, report.waiting = len(seen.stale), len(plan.waiting)
         return report
+
+    def _show(self, seen: Snapshot, plan: Plan, *, admitted: Sequence[str]) -> int:
+        """Write the waiting jobs' positions and reasons that changed (see the module
+        docstring for when); returns how many were written."""
+        changes = admission.waiting_changes({w.job.id: w for w in seen.waiting}, plan.waiting)
+        now = time.monotonic()
+        if (
+            admitted
+            and len(changes) > SHOW_AT_ONCE
+            and now - self.shown_at < self.settings.dispatch_interval_s
+        ):
+            if self.shown is not None:  # the rows keep what they showed; admitted ones none
+                for job_id in admitted:
+                    self.shown.pop(job_id, None)
+            return 0
+        with self.engine.begin() as connection:
+            show_queued(connection, changes)
+        self.shown_at = now
+        self.shown = {
+            job.id: (position, reason[:PENDING_REASON_MAX])
+            for position, (job, reason) in enumerate(plan.waiting, start=1)
+        }
+        return len(changes)
 
     def _read(self, now: datetime) -> "Snapshot":
         """What a pass decides on: live workers, reservations (those to release apart), the
@@ -229,8 +274,9 @@ class Dispatcher:
             waiting = admission.load_queue(
                 connection,
                 {(r.job_id, r.attempt) for r in held},
-                self.known_specs,
+                self.known_jobs,
                 self.elsewhere,
+                self.shown,
             )
             # A lost admission's job is planned as the attempt it becomes this pass (`release`).
             waiting = [
@@ -239,30 +285,60 @@ class Dispatcher:
                 else w
                 for w in waiting
             ]
-            # Read again when an attempt ended (its usage is final now) or a pass interval on.
+            # Read again a pass interval on; in between, what the attempts that ended add to it
+            # (`_add_ended`). Held devices are counted from the reservations below.
             history = self.history
-            if (
-                stale
-                or history is None
-                or time.monotonic() - history[0] >= settings.dispatch_interval_s
-            ):
+            if history is None or time.monotonic() - history[0] >= settings.dispatch_interval_s:
                 usage = usage_since(
                     connection, now, settings.fair_share_half_life_s, settings.quota_period_s
                 )
-                history = self.history = (time.monotonic(), usage, load_policies(connection))
-        _, past, policies = history
+                policies = load_policies(connection)
+                history = self.history = (time.monotonic(), usage, policies, now)
+            else:
+                self._add_ended(history[1], history[3], stale, reserved_jobs, now)
+        _, past, policies, _ = history
         # Recent usage and policies as read at most a pass interval ago; held devices now.
         usage = {owner: OwnerUsage(0, u.decayed_s, u.period_s) for owner, u in past.items()}
         for r in held:
             usage.setdefault(r.owner, OwnerUsage()).held_devices += len(r.devices)
         return Snapshot(workers, reserved_jobs, stale, lost, held, waiting, usage, policies)
 
+    def _add_ended(
+        self,
+        usage: dict[str, OwnerUsage],
+        read_at: datetime,
+        ended: Sequence[ActiveReservation],
+        jobs: dict[str, admission.ReservedJob],
+        now: datetime,
+    ) -> None:
+        """Add to `usage` (read at `read_at`, which counted each held span up to then) what
+        the reservations released this pass held since: the owner who just ran comes after
+        the one who did not, without reading every span again."""
+        settings = self.settings
+        for r in ended:
+            job = jobs.get(r.job_id)
+            end = job.finished_at if job is not None and job.attempt == r.attempt else None
+            end = min(end or now, now)
+            start = max(r.admitted_at or read_at, read_at)
+            if end <= start:
+                continue
+            span = HeldSpan(r.owner, r.job_id, len(r.devices), start.timestamp(), end.timestamp())
+            owner = usage.setdefault(r.owner, OwnerUsage())
+            owner.decayed_s += decayed_seconds(
+                span, now.timestamp(), settings.fair_share_half_life_s
+            )
+            owner.period_s += period_seconds(
+                span, now.timestamp() - settings.quota_period_s, now.timestamp()
+            )
+
     def _capacity(self) -> list[WorkerCapacity]:
-        """The live workers, read at most once per `dispatch_interval_s`: a pass woken by a
-        submission does not wait for Redis to list them again. A worker gone since is
-        caught by its reservation's release (`admission.stale_reservations`)."""
+        """The live workers, read at most once per `dispatch_interval_s`, or
+        `WOKEN_CAPACITY_AGE_S` for a woken pass: passes woken one after another (jobs ending
+        and submitted by the hundred) do not each list them again from Redis. A worker gone
+        since is caught by its reservation's release (`admission.stale_reservations`)."""
         now = time.monotonic()
-        if self.capacity is None or now - self.capacity[0] >= self.settings.dispatch_interval_s:
+        age = WOKEN_CAPACITY_AGE_S if self.woken else self.settings.dispatch_interval_s
+        if self.capacity is None or now - self.capacity[0] >= age:
             self.capacity = (now, live_capacity(self.redis))
         return self.capacity[1]
 
@@ -284,24 +360,49 @@ class Dispatcher:
         session.flush()
         return stopped
 
-    def _hand_over(self, queued: QueuedJob, spec: dict[str, Any], places: list[Placement]) -> None:
-        job = Job.model_construct(
-            id=queued.id, attempt=queued.attempt, spec=spec, queue=queued.queue
-        )
-        reservations = [
-            admission.ActiveReservation(
-                queued.id, queued.attempt, p.node, queued.owner, p.worker, p.devices
+    def _hand_over(self, admitted: Sequence[Admitted]) -> None:
+        handed: list[Handed] = []
+        for queued, spec, places in admitted:
+            job = Job.model_construct(
+                id=queued.id, attempt=queued.attempt, spec=spec, queue=queued.queue
             )
-            for p in places
-        ]
+            reservations = [
+                admission.ActiveReservation(
+                    queued.id, queued.attempt, p.node, queued.owner, p.worker, p.devices
+                )
+                for p in places
+            ]
+            handed.append((job, reservations))
         try:
-            hand_over(self.redis, job, reservations, grace_s=self.settings.cancel_grace_s)
+            hand_over_all(self.redis, handed, grace_s=self.settings.cancel_grace_s)
         except (RedisError, ExecutorUnavailable) as exc:
-            # Reserved, without a task: the reaper hands it over again.
-            log.warning("job %s admitted but not handed over yet: %s", job.id, exc)
+            # Reserved, without a task: the reaper hands them over again.
+            ids = ", ".join(job.id for job, _ in handed)
+            log.warning("jobs %s admitted but not handed over yet: %s", ids, exc)
 
-    def wait_for_wake(self, timeout_s: float) -> None:
-        self.redis.blpop([WAKE_KEY], timeout=timeout_s)
+    @property
+    def stop_key(self) -> str:
+        """A list of this dispatcher's own that its stop pushes to: `wait_for_wake` returns at
+        once then (an API process shuts down without waiting out the interval)."""
+        return f"{WAKE_KEY}:stop:{self.holder}"
+
+    def wait_for_wake(self, timeout_s: float) -> bool:
+        """Block until woken or `timeout_s`; whether something woke it."""
+        popped = self.redis.blpop([WAKE_KEY, self.stop_key], timeout=timeout_s)
+        self.woken = popped is not None and popped[0] in (WAKE_KEY, WAKE_KEY.encode())
+        return self.woken
+
+    def interrupt(self) -> None:
+        """End a `wait_for_wake` in progress (for a stop), on a connection of its own: the
+        dispatcher's thread may be closing its own meanwhile."""
+        redis = Redis.from_url(self.settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
+        try:
+            with redis.pipeline() as pipe:
+                pipe.lpush(self.stop_key, 1)
+                pipe.expire(self.stop_key, 60)
+                pipe.execute()
+        finally:
+            redis.close()
 
     def give_up(self) -> None:
         if self.lease is None:
@@ -348,8 +449,14 @@ class DispatcherThread(threading.Thread):
                 log.warning("dispatch pass failed: %s", exc)
                 self.stopping.wait(1.0)
         dispatcher.give_up()
+        with suppress(RedisError):
+            dispatcher.redis.delete(dispatcher.stop_key)
         dispatcher.redis.close()
 
     def stop(self) -> None:
         self.stopping.set()
+        try:
+            self.dispatcher.interrupt()
+        except RedisError as exc:  # it wakes by itself within an interval
+            log.debug("dispatcher not interrupted: %s", exc)
         self.join(timeout=self.dispatcher.settings.dispatch_interval_s + 10)

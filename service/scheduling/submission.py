@@ -1,5 +1,5 @@
 """What the scheduler refuses at submission: a `priority` above the owner's limit (for a
-non-admin), and, under the dispatcher, a job that could never fit: more devices than the
+non-admin), and a job that could never fit: more devices than the
 owner's quota allows at once, or more than the live workers of its queue have."""
 
 import logging
@@ -32,8 +32,6 @@ def check_schedulable(
                     {"loc": ["body", "priority"], "msg": f"at most {highest}", "type": "policy"}
                 ],
             )
-    if not settings.uses_dispatcher:
-        return
     devices = spec.nnodes * spec.nproc_per_node
     quota = policies.limits_of(principal.name).max_devices
     if quota is not None and devices > quota:

@@ -389,7 +389,8 @@ def test_runs_compared_and_failures_explained(
     shared_sqlite_stack: Stack, browser: "WebDriver"
 ) -> None:
     """The SDK snippet of docs/getting-started.md, as written, run twice: the same outcome, two
-    jobs. With a job that cannot launch (64 ranks on a worker of 1 slot): the jobs list says why
+    jobs. With a job that cannot launch (`device: cuda` on a worker with no GPU, which the
+    dispatcher, counting devices, places all the same): the jobs list says why
     it failed and filters; the compare view overlays the two runs' metrics (same specs), and
     shows the differences of a run's spec and the failed job's; the failed job's ranks say they
     wrote nothing; the worker's healthcheck passes against the live worker."""
@@ -397,9 +398,14 @@ def test_runs_compared_and_failures_explained(
     from selenium.webdriver.support.ui import Select
 
     with shared_sqlite_stack.client() as http:
-        # On a queue no live worker serves yet (else it is refused at once), then taken by one
-        # of 1 slot, which cannot launch it.
-        broken_spec = {"name": "too-wide", "recipe": "synthetic", "nproc_per_node": 64}
+        # On a queue no live worker serves yet (else it is refused at once), then admitted onto
+        # one of 1 slot, which has no GPU.
+        broken_spec = {
+            "name": "too-wide",
+            "recipe": "synthetic",
+            "nproc_per_node": 1,
+            "device": "cuda",
+        }
         broken = http.post("/v1/jobs", json={**broken_spec, "queue": "wide"}).json()["id"]
     shared_sqlite_stack.start_worker("wide", args=["--slots", "1"])
     code = readme_sdk_snippet()
@@ -492,7 +498,7 @@ def test_runs_compared_and_failures_explained(
             ".map(tr => [...tr.children].map(c => c.textContent.trim()))",
         ),
     )
-    assert ["nproc_per_node", "1", "64"] in diff, diff  # in the order ticked
+    assert ["device", "auto", "cuda"] in diff, diff  # in the order ticked
     assert ["config.num_samples", "256", "768"] in diff and ["name", "sdk-demo", "too-wide"] in diff
 
     # The failed job: its ranks wrote nothing, and say so; its id does not wrap.

@@ -25,7 +25,6 @@ from tests.support.procs import job_processes, wait_until
 from tests.support.stack import LAUNCHBAY, Stack
 
 SETTINGS = {
-    "LAUNCHBAY_SCHEDULER": "dispatcher",
     "LAUNCHBAY_PREEMPTION": "true",
     "LAUNCHBAY_DISPATCH_LEASE_S": "3",
     "LAUNCHBAY_WORKER_HOST": "127.0.0.1",

@@ -17,7 +17,7 @@ from service.db import make_engine
 from service.models import Job
 from service.settings import Settings
 from tests.integration.conftest import ADMIN, count_jobs
-from tests.support.procs import free_port
+from tests.support.procs import free_port, wait_until
 
 SYNTHETIC = {"name": "quick", "recipe": "synthetic", "nproc_per_node": 2}
 
@@ -33,7 +33,9 @@ def assert_error_body(response: Any, status: int, code: str | None = None) -> di
     return body["error"]
 
 
-def test_submit_fills_defaults_and_enqueues(api: TestClient, settings: Settings) -> None:
+def test_submit_fills_defaults_and_wakes_the_dispatcher(
+    api: TestClient, settings: Settings
+) -> None:
     response = api.post("/v1/jobs", json=SYNTHETIC)
     assert response.status_code == 201, response.text
     job = response.json()
@@ -43,9 +45,21 @@ def test_submit_fills_defaults_and_enqueues(api: TestClient, settings: Settings)
     assert job["spec"]["checkpoint"]["keep_last"] == 3
     assert job["spec"]["config"], "recipe config defaults are filled in"
     assert job["created_at"].endswith(("Z", "+00:00"))
-    queued = Queue("default", connection=redis.Redis.from_url(settings.redis_url)).job_ids
-    assert queued == [f"{job['id']}-1"]
-    assert api.get(f"/v1/jobs/{job['id']}").json() == job
+    # No job goes straight onto a queue: the dispatcher, woken by the submission, admits it
+    # where a worker has room, and says at once why it waits when none has.
+    assert Queue("default", connection=redis.Redis.from_url(settings.redis_url)).job_ids == []
+    assert wait_until(
+        lambda: (
+            api.get(f"/v1/jobs/{job['id']}").json()["pending_reason"]
+            == "no worker serves queue 'default'"
+        ),
+        timeout=5,
+    )
+    shown = api.get(f"/v1/jobs/{job['id']}").json()
+    assert shown == job | {
+        "queue_position": 1,
+        "pending_reason": "no worker serves queue 'default'",
+    }
     assert job["launch_path"] is None  # until a worker starts its ranks, warm or cold
 
 

@@ -40,7 +40,7 @@ NOOP = {"name": "noop", "recipe": "synthetic", "nproc_per_node": 1}
 
 @pytest.fixture
 def dispatch_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"scheduler": "dispatcher", "dispatch_lease_s": 60.0})
+    return settings.model_copy(update={"dispatch_lease_s": 60.0})
 
 
 @pytest.fixture
@@ -300,3 +300,23 @@ def test_the_reaper_hands_over_again_an_admitted_job_whose_task_is_lost(
     assert worker_queue.job_ids == [f"{admitted}-1"]
     assert Queue("default", connection=redis).job_ids == []
     assert dispatch_api.get(f"/v1/jobs/{waiting}").json()["queue_position"] == 1
+
+
+def test_one_owner_on_a_default_install_runs_by_priority_then_submission_order(
+    dispatch_api: TestClient, dispatcher: Dispatcher
+) -> None:
+    """What FIFO gave one person, the dispatcher gives too (its settings are the defaults'
+    but for a longer lease, so that the passes are the test's)."""
+    register_worker(dispatcher.redis, "w1")
+    first, second = submit(dispatch_api, ADMIN_TOKEN), submit(dispatch_api, ADMIN_TOKEN)
+    urgent = submit(dispatch_api, ADMIN_TOKEN, priority=5)
+    third = submit(dispatch_api, ADMIN_TOKEN)
+    lease = dispatcher.keep_lease()
+    assert lease is not None
+    order = []
+    for _ in range(4):
+        report = dispatcher.run_pass(lease)
+        order += report.admitted
+        for job_id in report.admitted:
+            finish(dispatcher, job_id)
+    assert order == [urgent, first, second, third]

@@ -36,7 +36,7 @@ NOOP = {"name": "noop", "recipe": "synthetic", "nproc_per_node": 1}
 
 @pytest.fixture
 def dispatch_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"scheduler": "dispatcher", "dispatch_lease_s": 60.0})
+    return settings.model_copy(update={"dispatch_lease_s": 60.0})
 
 
 @pytest.fixture

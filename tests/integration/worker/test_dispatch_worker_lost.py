@@ -30,7 +30,6 @@ def start_worker(wenv: WorkerEnv, queue: str, name: str, log: Path) -> subproces
         "LAUNCHBAY_DATA_DIR": str(settings.data_dir),
         "LAUNCHBAY_DATABASE_URL": str(settings.database_url),
         "LAUNCHBAY_REDIS_URL": settings.redis_url,
-        "LAUNCHBAY_SCHEDULER": "dispatcher",
         "LAUNCHBAY_HEARTBEAT_INTERVAL_S": "1",
         "LAUNCHBAY_WORKER_POLL_S": "0.1",
     }
@@ -50,8 +49,7 @@ def test_a_job_admitted_onto_a_worker_frozen_then_killed_runs_elsewhere(
     queue, suffix = f"test-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:6]
     names = (f"a-frozen-{suffix}", f"b-left-{suffix}")
     frozen, left = (start_worker(env, queue, n, tmp_path / f"{n}.log") for n in names)
-    settings = env.settings.model_copy(update={"scheduler": "dispatcher"})
-    dispatcher = DispatcherThread(env.engine, settings)
+    dispatcher = DispatcherThread(env.engine, env.settings)
 
     def logs() -> str:
         return "\n".join((tmp_path / f"{n}.log").read_text() for n in names)

@@ -68,14 +68,13 @@ def test_list_shows_why_a_failed_job_failed_cut_to_the_width(api: FakeApi, colum
 # usage
 
 
-def test_an_empty_usage_says_it_is_recorded_only_under_the_dispatcher(api: FakeApi) -> None:
+def test_an_empty_usage_is_an_empty_table_since_when(api: FakeApi) -> None:
     empty = {"since": "2024-01-01T00:00:00Z", "until": "2024-01-02T00:00:00Z", "items": []}
-    api.on("GET", "/v1/usage", reply(200, {**empty, "recorded": False}))
+    api.on("GET", "/v1/usage", reply(200, empty))
     result = launchbay(api, "usage")
     assert result.exit_code == 0, result.output
-    assert "recorded only while the dispatcher admits jobs" in result.stdout
-    api.replace("GET", "/v1/usage", reply(200, {**empty, "recorded": True}))
-    assert "dispatcher" not in launchbay(api, "usage").stdout
+    assert "since 2024-01-01T00:00:00+00:00" in result.stdout
+    assert "dispatcher" not in result.stdout  # every install records usage now
 
 
 # recipes

@@ -24,7 +24,7 @@ from service.executors.registry import (
     routed_queues,
     secret_env,
 )
-from service.executors.rq import RQExecutor, attempt_of_call, attempt_tasks, run_job_args
+from service.executors.rq import attempt_of_call, attempt_tasks, run_job_args
 from service.executors.slurm import commands
 from service.executors.slurm.executor import SlurmExecutor
 from service.executors.slurm.queues import SlurmQueue, SlurmSettings
@@ -113,15 +113,14 @@ def recording() -> Iterator[list[Recording]]:
 
 def test_the_default_executor_alone_when_no_other_owns_a_queue() -> None:
     none = {"slurm": SlurmSettings(queues={})}
-    assert isinstance(make_executor(Settings(), REDIS, ENGINE, none), RQExecutor)
-    dispatched = Settings(scheduler="dispatcher")
-    assert isinstance(make_executor(dispatched, REDIS, ENGINE, none), DispatchExecutor)
+    # The workers' queues are the dispatcher's on every install.
+    assert isinstance(make_executor(Settings(), REDIS, ENGINE, none), DispatchExecutor)
     routing = make_executor(
         Settings(), REDIS, ENGINE, {"slurm": SlurmSettings(queues={"hpc": QUEUE})}
     )
     assert isinstance(routing, RoutingExecutor)
     assert isinstance(routing.for_job(job("hpc")), SlurmExecutor)
-    assert isinstance(routing.for_job(job("default")), RQExecutor)
+    assert isinstance(routing.for_job(job("default")), DispatchExecutor)
 
 
 def test_the_executors_settings_are_read_from_their_own_variables(

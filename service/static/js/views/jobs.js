@@ -206,7 +206,8 @@ function updateRow(row, job, now) {
   setOnce(row.badge, job.state, () => stateBadge(job.state));
   // Why it ended: the exit reason and the first line of the message (all of it on hover);
   // while it waits, its place in the queue and why; what went wrong without failing it.
-  const message = job.pending_reason ? `#${job.queue_position}: ${job.pending_reason}` : firstLine(job.message);
+  const position = job.queue_position === null ? "" : `#${job.queue_position}: `;
+  const message = job.pending_reason ? `${position}${job.pending_reason}` : firstLine(job.message);
   const warnings = job.warnings || [];
   const outcomeKey = `${job.exit_reason}|${job.message}|${message}|${warnings.join("\n")}`;
   setOnce(row.outcome, outcomeKey, () => outcomeLines(job, message, warnings));
