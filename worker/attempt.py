@@ -26,7 +26,7 @@ from service.artifacts import store_for
 from service.db import session_scope
 from service.models import utcnow
 from service.records import NodeSeat, TakenJob, join_node, take_job
-from service.scheduling.admission import reservations_of
+from service.scheduling.reservations import reservations_of
 from worker import build_cache, carried_state
 from worker.attempt_end import announcer, record_lost, record_outcome, with_notes
 from worker.context import AttemptServices

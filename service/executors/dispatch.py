@@ -23,8 +23,8 @@ from jobs.states import JobState
 from service.executors.base import ExecutorUnavailable, TaskStatus
 from service.executors.rq import RQExecutor, attempt_tasks, prepare_task
 from service.models import Job, JobReservation
-from service.scheduling.admission import reservations_of
 from service.scheduling.capacity import ActiveReservation, dispatch_queue_name
+from service.scheduling.reservations import reservations_of
 from service.worker_records import KEY_PREFIX
 
 WAKE_KEY = f"{KEY_PREFIX}:dispatch:wake"

@@ -3,13 +3,14 @@ dispatches, the others wait to take over. A pass runs when something wakes it (a
 submission, the end of any attempt: `service.executors.dispatch.wake_dispatcher`), else every
 `dispatch_interval_s`:
 
-1. read the live workers (Redis) and the reservations, queue, usage and policies (database);
-2. plan (`planner.plan_dispatch`), outside any write transaction;
+1. read the live workers (Redis) and the reservations (`reservations`), queue (`waiting`),
+   usage and policies (database);
+2. plan (`dispatch_pass.plan_pass`), outside any write transaction;
 3. in one transaction checked against the lease's fencing token (`admission.admit`): release
    the reservations whose attempt is over, queue again as its next attempt a job whose worker
    went away before taking it (`readmission`), reserve the devices of every admitted job
    (planning again without a job that admission refused, so that its workers go to the jobs
-   behind it: `admit_in_rounds`), ask preempted jobs to stop;
+   behind it: `dispatch_pass.admit_in_rounds`), ask preempted jobs to stop;
 4. after the commit, hand every admitted node to its worker, all in one Redis round trip
    (`service.executors.dispatch.hand_over_all`), then show each waiting job's position and
    reason where it changed: at once when few changed or nothing was admitted, else at most
@@ -27,7 +28,7 @@ finds them (`DispatchExecutor.describe`) and hands them over again.
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -54,113 +55,35 @@ from service.scheduling.capacity import (
     live_capacity,
     live_lanes,
 )
-from service.scheduling.lease import Lease, LeaseLost, new_holder_name, release_lease, take_lease
-from service.scheduling.planner import (
-    InUse,
-    OwnerUsage,
-    Placement,
-    Plan,
-    QueuedJob,
-    WorkerCapacity,
-    plan_dispatch,
+from service.scheduling.dispatch_pass import (
+    Admitted,
+    PassReport,
+    Planned,
+    Snapshot,
+    admit_in_rounds,
+    plan_pass,
 )
+from service.scheduling.lease import Lease, LeaseLost, new_holder_name, release_lease, take_lease
+from service.scheduling.planner import OwnerUsage, Plan, QueuedJob, WorkerCapacity
 from service.scheduling.policies import Policies, load_policies
-from service.scheduling.preemption import PREEMPTED_MESSAGE, preemption_message
+from service.scheduling.preemption import preemption_message
+from service.scheduling.reservations import (
+    ReservedJob,
+    load_reserved_jobs,
+    lost_admissions,
+    stale_reservations,
+)
 from service.scheduling.usage import HeldSpan, decayed_seconds, period_seconds, usage_since
+from service.scheduling.waiting import Shown, load_queue, waiting_changes
 from service.settings import Settings
 
 log = logging.getLogger("launchbay.dispatcher")
 
-
-# Admission rounds of one pass at most (`admit_in_rounds`).
-ADMISSION_ROUNDS = 3
 # Position and reason changes a pass that admitted jobs writes at once; more wait for the
 # next pass a `dispatch_interval_s` after the last write (or one that admits nothing).
 SHOW_AT_ONCE = 64
 # How old the live workers read may be for a pass that something woke.
 WOKEN_CAPACITY_AGE_S = 0.1
-
-Planned = list[tuple[QueuedJob, list[Placement]]]
-# A job reserved by this pass: at the attempt reserved, with its spec and placements.
-Admitted = tuple[QueuedJob, dict[str, Any], list[Placement]]
-
-
-def admit_in_rounds(
-    plan: Plan,
-    admit: Callable[[Planned], list[tuple[QueuedJob, dict[str, Any]]]],
-    replan: Callable[[set[str], list[Admitted]], Plan],
-    rounds: int = ADMISSION_ROUNDS,
-) -> tuple[list[Admitted], Plan]:
-    """Admit what `plan` admits. A job that admission refuses (it left the queue or changed
-    since it was read) must not keep the workers it was given from the jobs behind it: plan
-    again without it (`replan(refused ids, admitted so far)`) and admit that, up to `rounds`
-    times. Returns what was admitted, and the last plan (who waits, whom to preempt)."""
-    admitted: list[Admitted] = []
-    refused: set[str] = set()
-    for count in range(1, rounds + 1):
-        places = {job.id: p for job, p in plan.admitted}
-        taken = admit(plan.admitted)
-        admitted += [(job, spec, places[job.id]) for job, spec in taken]
-        refused |= places.keys() - {job.id for job, _ in taken}
-        if len(taken) == len(places) or count == rounds:
-            break
-        plan = replan(refused, admitted)
-    return admitted, plan
-
-
-@dataclass
-class PassReport:
-    admitted: list[str] = field(default_factory=list)
-    waiting: int = 0
-    released: int = 0
-    preempted: list[str] = field(default_factory=list)
-    # Waiting jobs whose position or reason this pass wrote.
-    shown: int = 0
-    # Seconds the decision itself took (reading excluded): the planner.
-    decision_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    workers: list[WorkerCapacity]
-    reserved_jobs: dict[str, admission.ReservedJob]
-    stale: list[ActiveReservation]
-    # Those of `stale` that were admitted but not taken before their worker went away.
-    lost: admission.LostAdmissions
-    held: list[ActiveReservation]
-    waiting: list[admission.WaitingRow]
-    usage: dict[str, OwnerUsage]
-    policies: Policies
-
-
-def plan_pass(
-    seen: Snapshot,
-    settings: Settings,
-    now: datetime,
-    skip: Collection[str] = (),
-    admitted: Sequence[Admitted] = (),
-) -> Plan:
-    """The planner's decision on `seen`: without the jobs `skip`, and with those `admitted`
-    by this pass already holding their devices (a later admission round)."""
-    usage = {o: OwnerUsage(u.held_devices, u.decayed_s, u.period_s) for o, u in seen.usage.items()}
-    in_use = [InUse(r.worker, r.devices) for r in seen.held]
-    for job, _, places in admitted:
-        usage.setdefault(job.owner, OwnerUsage()).held_devices += job.devices
-        in_use += [InUse(p.worker, p.devices) for p in places]
-    left = set(skip) | {job.id for job, _, _ in admitted}
-    return plan_dispatch(
-        [w.job for w in seen.waiting if w.job.id not in left],
-        seen.workers,
-        in_use,
-        usage,
-        seen.policies.by_owner,
-        default_limits=seen.policies.default,
-        now=now.timestamp(),
-        starvation_after_s=settings.starvation_after_s,
-        quota_period_s=settings.quota_period_s,
-        running=admission.running_jobs(seen.held, seen.reserved_jobs, PREEMPTED_MESSAGE),
-        preemption=settings.preemption,
-    )
 
 
 @dataclass
@@ -173,11 +96,11 @@ class Dispatcher:
     elsewhere: frozenset[str] = field(default_factory=routed_queues)
     lease: Lease | None = None
     renewed_at: float = 0.0
-    # Each queued job as the planner sees it, read once (`admission.load_queue`).
+    # Each queued job as the planner sees it, read once (`waiting.load_queue`).
     known_jobs: dict[str, QueuedJob] = field(default_factory=dict)
     # What each waiting job shows, as this dispatcher last wrote it; None: read it (after a
     # takeover another may have written since).
-    shown: admission.Shown | None = None
+    shown: Shown | None = None
     # (monotonic time read, the live workers then): `_capacity`.
     capacity: tuple[float, list[WorkerCapacity]] | None = None
     # (monotonic time read, owners' recent usage, policies): `_read`.
@@ -238,7 +161,7 @@ class Dispatcher:
     def _show(self, seen: Snapshot, plan: Plan, *, admitted: Sequence[str]) -> int:
         """Write the waiting jobs' positions and reasons that changed (see the module
         docstring for when); returns how many were written."""
-        changes = admission.waiting_changes({w.job.id: w for w in seen.waiting}, plan.waiting)
+        changes = waiting_changes({w.job.id: w for w in seen.waiting}, plan.waiting)
         now = time.monotonic()
         if (
             admitted
@@ -265,13 +188,13 @@ class Dispatcher:
         workers = self._capacity()
         with self.engine.connect() as connection:
             reservations = active_reservations(connection)
-            reserved_jobs = admission.load_reserved_jobs(connection, reservations)
+            reserved_jobs = load_reserved_jobs(connection, reservations)
             lanes = live_lanes(workers)
-            stale = admission.stale_reservations(reservations, reserved_jobs, lanes)
-            lost = admission.lost_admissions(stale, reserved_jobs, lanes)
+            stale = stale_reservations(reservations, reserved_jobs, lanes)
+            lost = lost_admissions(stale, reserved_jobs, lanes)
             stale_keys = {(r.job_id, r.attempt, r.node) for r in stale}
             held = [r for r in reservations if (r.job_id, r.attempt, r.node) not in stale_keys]
-            waiting = admission.load_queue(
+            waiting = load_queue(
                 connection,
                 {(r.job_id, r.attempt) for r in held},
                 self.known_jobs,
@@ -308,7 +231,7 @@ class Dispatcher:
         usage: dict[str, OwnerUsage],
         read_at: datetime,
         ended: Sequence[ActiveReservation],
-        jobs: dict[str, admission.ReservedJob],
+        jobs: dict[str, ReservedJob],
         now: datetime,
     ) -> None:
         """Add to `usage` (read at `read_at`, which counted each held span up to then) what
@@ -335,7 +258,7 @@ class Dispatcher:
         """The live workers, read at most once per `dispatch_interval_s`, or
         `WOKEN_CAPACITY_AGE_S` for a woken pass: passes woken one after another (jobs ending
         and submitted by the hundred) do not each list them again from Redis. A worker gone
-        since is caught by its reservation's release (`admission.stale_reservations`)."""
+        since is caught by its reservation's release (`reservations.stale_reservations`)."""
         now = time.monotonic()
         age = WOKEN_CAPACITY_AGE_S if self.woken else self.settings.dispatch_interval_s
         if self.capacity is None or now - self.capacity[0] >= age:
@@ -367,7 +290,7 @@ class Dispatcher:
                 id=queued.id, attempt=queued.attempt, spec=spec, queue=queued.queue
             )
             reservations = [
-                admission.ActiveReservation(
+                ActiveReservation(
                     queued.id, queued.attempt, p.node, queued.owner, p.worker, p.devices
                 )
                 for p in places

@@ -28,6 +28,11 @@ from service.reaper import reap_once
 from service.scheduling import admission
 from service.scheduling.capacity import active_reservations, dispatch_queue_name
 from service.scheduling.dispatcher import Dispatcher
+from service.scheduling.reservations import (
+    load_reserved_jobs,
+    lost_admissions,
+    stale_reservations,
+)
 from service.settings import Settings
 from service.worker_records import worker_key
 
@@ -184,9 +189,9 @@ def test_a_worker_that_takes_its_job_as_the_pass_finds_it_gone_keeps_it(
     assert dispatch(dispatcher, 1) == [job_id]
     with dispatcher.engine.connect() as connection:
         reservations = active_reservations(connection)
-        jobs = admission.load_reserved_jobs(connection, reservations)
-    stale = admission.stale_reservations(reservations, jobs, live_workers=())
-    lost = admission.lost_admissions(stale, jobs, live_workers=())
+        jobs = load_reserved_jobs(connection, reservations)
+    stale = stale_reservations(reservations, jobs, live_workers=())
+    lost = lost_admissions(stale, jobs, live_workers=())
     assert lost == {(job_id, 1): ["late"]}
     with Session(dispatcher.engine) as session:
         assert records.take_job(session, job_id, 1) is not None

@@ -70,7 +70,7 @@ WORKER_MAY_IMPORT = frozenset(
         "service.artifacts",
         "service.artifacts.tree",
         # the dispatcher: a node's reserved devices, the worker's own queue, a wake-up, a preemption
-        "service.scheduling.admission",
+        "service.scheduling.reservations",
         "service.scheduling.capacity",
         "service.executors.dispatch",
         "service.scheduling.preemption",

@@ -1,14 +1,14 @@
-"""A pass's admission rounds (`service.scheduling.dispatcher.admit_in_rounds`), with the real
+"""A pass's admission rounds (`service.scheduling.dispatch_pass.admit_in_rounds`), with the real
 planner and an admission that refuses what the test says: a job that admission refuses does
 not keep the workers it was given from the jobs behind it."""
 
 from datetime import UTC, datetime
 from typing import Any
 
-from service.scheduling.admission import WaitingRow
-from service.scheduling.dispatcher import Admitted, Planned, Snapshot, admit_in_rounds, plan_pass
+from service.scheduling.dispatch_pass import Admitted, Planned, Snapshot, admit_in_rounds, plan_pass
 from service.scheduling.planner import OwnerLimits, Plan, QueuedJob, WorkerCapacity
 from service.scheduling.policies import Policies
+from service.scheduling.waiting import WaitingRow
 from service.settings import Settings
 
 NOW = datetime(2026, 11, 28, tzinfo=UTC)

@@ -1,0 +1,141 @@
+"""What a dispatch pass reads of the reservations: the reserved jobs (`load_reserved_jobs`),
+the reservations to release (`stale_reservations`) and among them the admissions lost with
+their worker (`lost_admissions`), the reserved jobs as preemption sees them (`running_jobs`),
+and a node's reserved devices (`reservations_of`)."""
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, select
+
+from jobs.states import JobState
+from service.models import Job, JobReservation
+from service.scheduling.capacity import ActiveReservation
+from service.scheduling.planner import RunningJob
+
+_job = Job.__table__  # type: ignore[attr-defined]
+_reservation = JobReservation.__table__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class ReservedJob:
+    id: str
+    attempt: int
+    state: JobState | None
+    priority: int
+    finished_at: datetime | None
+    message: str | None
+
+
+def load_reserved_jobs(
+    connection: Connection, reservations: Sequence[ActiveReservation]
+) -> dict[str, ReservedJob]:
+    ids = sorted({r.job_id for r in reservations})
+    if not ids:
+        return {}
+    rows = connection.execute(
+        select(
+            _job.c.id,
+            _job.c.attempt,
+            _job.c.state,
+            _job.c.spec,
+            _job.c.finished_at,
+            _job.c.message,
+        ).where(_job.c.id.in_(ids))
+    )
+    return {
+        r.id: ReservedJob(
+            r.id,
+            r.attempt,
+            JobState(r.state),
+            int((r.spec or {}).get("priority", 0)),
+            r.finished_at,
+            r.message,
+        )
+        for r in rows
+    }
+
+
+def stale_reservations(
+    reservations: Sequence[ActiveReservation],
+    jobs: dict[str, ReservedJob],
+    live_workers: Collection[str],
+) -> list[ActiveReservation]:
+    """Reservations to release: their attempt is over (the job ended, was retried or is
+    gone), or it is still queued on a worker that is gone (it goes back to the queue)."""
+    stale = []
+    gone_queued = set()
+    for r in reservations:
+        job = jobs.get(r.job_id)
+        if job is None or job.attempt != r.attempt or job.state is None:
+            stale.append(r)
+        elif job.state.is_terminal():
+            stale.append(r)
+        elif job.state is JobState.QUEUED and r.worker not in live_workers:
+            gone_queued.add((r.job_id, r.attempt))
+    stale += [r for r in reservations if (r.job_id, r.attempt) in gone_queued]
+    return stale
+
+
+# (job id, attempt) → the workers of its reservations that went away.
+LostAdmissions = dict[tuple[str, int], list[str]]
+
+
+def lost_admissions(
+    stale: Sequence[ActiveReservation],
+    jobs: dict[str, ReservedJob],
+    live_workers: Collection[str],
+) -> LostAdmissions:
+    """The attempts among `stale` that are still queued: admitted onto a worker that went
+    away before it took them."""
+    lost: LostAdmissions = {}
+    for r in stale:
+        job = jobs.get(r.job_id)
+        if job is not None and job.attempt == r.attempt and job.state is JobState.QUEUED:
+            gone = lost.setdefault((r.job_id, r.attempt), [])
+            if r.worker not in live_workers:
+                gone.append(r.worker)
+    return lost
+
+
+def running_jobs(
+    reservations: Sequence[ActiveReservation], jobs: dict[str, ReservedJob], preempting: str
+) -> list[RunningJob]:
+    """The reserved jobs as preemption sees them; `preempting` marks a job's message when it
+    is being stopped for another."""
+    by_job: dict[str, list[ActiveReservation]] = {}
+    for r in reservations:
+        by_job.setdefault(r.job_id, []).append(r)
+    running = []
+    for job_id, held in by_job.items():
+        job = jobs.get(job_id)
+        if job is None or job.state is None or job.state.is_terminal():
+            continue
+        stopping = job.state is JobState.CANCELLING and (job.message or "").startswith(preempting)
+        running.append(
+            RunningJob(
+                job_id,
+                held[0].attempt,
+                held[0].owner,
+                job.priority,
+                tuple(r.worker for r in held),
+                tuple(len(r.devices) for r in held),
+                stopping,
+            )
+        )
+    return running
+
+
+def reservations_of(connection: Connection, job_id: str, attempt: int) -> list[ActiveReservation]:
+    rows = connection.execute(
+        select(_reservation).where(
+            _reservation.c.job_id == job_id,
+            _reservation.c.attempt == attempt,
+            _reservation.c.released_at.is_(None),
+        )
+    )
+    return [
+        ActiveReservation(r.job_id, r.attempt, r.node, r.owner, r.worker, tuple(r.devices or ()))
+        for r in rows
+    ]
