@@ -32,7 +32,8 @@ from devstack.stack import Stack
 from jobs.contract import env as rank_env
 from jobs.states import JobState
 
-FAULTS = ("worker", "api", "redis", "rank")
+# A rank first: warm-started jobs are short, and the first fault comes while the first runs.
+FAULTS = ("rank", "worker", "api", "redis")
 # The soak's processes carry this (or the test session's marker), so leftovers can be found.
 MARKER = os.environ.get(SESSION_MARKER) or f"chaos-{uuid.uuid4().hex}"
 # Heartbeats and the reaper fast enough that a killed worker's job is retried within seconds.

@@ -16,6 +16,7 @@ whole: at the first failure, or once every node has succeeded (docs/multi-node.m
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -150,12 +151,14 @@ def run_taken(
     *,
     cuda: CudaInfo | None = None,
     leave_shutdown: bool = False,
+    on_shutdown: Callable[[], None] | None = None,
 ) -> AttemptResult:
     """Run a taken attempt to its end and record how it ended.
 
     With `leave_shutdown`, an attempt stopped because its supervisor was told to shut down
     records nothing: its executor knows why (Slurm's time limit, preemption or scancel) and
-    the reaper records that (`service.reaper.reap_ended_tasks`)."""
+    the reaper records that (`service.reaper.reap_ended_tasks`). `on_shutdown` runs before
+    the outcome of an attempt stopped because its supervisor was told to shut down."""
     ref, settings = taken.ref, services.settings
     paths = RunPaths.for_attempt(settings.data_dir.resolve(), ref.job_id, ref.attempt, ref.node)
     result = AttemptResult(ref, paths)
@@ -169,6 +172,8 @@ def run_taken(
         if leave_shutdown and shutdown_requested():
             log.warning("%s: stopped on request of its executor; the reaper records why", ref)
             return result
+        if on_shutdown is not None and shutdown_requested():
+            on_shutdown()  # before the outcome: its retry is admitted as soon as it is recorded
         end = record_outcome(services.engine, ref, result.outcome, executor=services.executor)
         result.recorded, result.retried = end.recorded, end.retried
         if not end.stored:

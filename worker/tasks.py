@@ -12,11 +12,13 @@ import logging
 import os
 import socket
 
+from redis.exceptions import RedisError
 from rq import get_current_job
 from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.states import AttemptRef, JobState
 from service.settings import Settings
+from service.worker_records import delete_worker_record
 from worker.attempt import AttemptResult, abandon, run_taken, take_attempt
 from worker.context import WorkerContext
 from worker.process_tree import shutdown_requested
@@ -109,8 +111,24 @@ def run_job(job_id: str, attempt: int, node: int | None = None) -> None:
         taken = take_attempt(services, ref, worker_name=worker_name())
     if taken is None:
         return
+    worker = taken.worker_name
     if shutdown_requested():
         # The worker died as this horse started: the attempt it took is lost.
+        forget_dead_worker(taken.worker_name)
         abandon(services, taken)
     else:
-        say_outcome(run_taken(services, taken))
+        say_outcome(run_taken(services, taken, on_shutdown=lambda: forget_dead_worker(worker)))
+
+
+def forget_dead_worker(worker: str) -> None:
+    """When this horse's worker died (killed: the kernel told the horse, its parent is gone),
+    remove its record, so that no dispatcher gives it the retry of the job it just lost
+    while the record lives on for its last TTL. A worker shutting down on request removes
+    its own."""
+    pid = worker.rpartition(":")[2]
+    if not pid.isdigit() or os.getppid() == int(pid):
+        return
+    try:
+        delete_worker_record(context.redis(), worker)
+    except RedisError as exc:
+        log.warning("the record of worker %s, gone, stays until it expires: %s", worker, exc)

@@ -3,7 +3,7 @@ when they stop heart-beating) and the reservations held on them (database rows).
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from redis import Redis
 from sqlalchemy import Connection, select
@@ -47,9 +47,20 @@ def capacity_of(records: Sequence[WorkerRecord]) -> list[WorkerCapacity]:
     return capacity
 
 
-def live_capacity(redis: Redis) -> list[WorkerCapacity]:
-    """Every pool of workers whose heartbeat is current and that take dispatched work."""
-    return capacity_of(load_worker_records(redis))
+def live_capacity(redis: Redis, *, silent_for_s: float | None = None) -> list[WorkerCapacity]:
+    """Every pool of workers whose heartbeat is current and that take dispatched work; with
+    `silent_for_s`, none whose last heartbeat is older than that. The dispatcher gives work to
+    no worker silent for as long as makes the reaper call its jobs lost (its record outlives
+    it by up to 15 s: a killed worker given the retry of the job it lost would lose it too)."""
+    records = load_worker_records(redis)
+    if silent_for_s is not None:
+        since = datetime.now(UTC) - timedelta(seconds=silent_for_s)
+        records = [r for r in records if aware(r.last_heartbeat) >= since]
+    return capacity_of(records)
+
+
+def aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def live_lanes(capacity: Sequence[WorkerCapacity]) -> set[str]:

@@ -262,7 +262,8 @@ class Dispatcher:
         now = time.monotonic()
         age = WOKEN_CAPACITY_AGE_S if self.woken else self.settings.dispatch_interval_s
         if self.capacity is None or now - self.capacity[0] >= age:
-            self.capacity = (now, live_capacity(self.redis))
+            silent_for_s = self.settings.reaper_lost_after_s
+            self.capacity = (now, live_capacity(self.redis, silent_for_s=silent_for_s))
         return self.capacity[1]
 
     def _preempt(self, connection: Connection, plan: Plan) -> list[str]:

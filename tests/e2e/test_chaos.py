@@ -12,7 +12,7 @@ from pathlib import Path
 from devstack.chaos import FAULTS, SoakPlan, SoakReport, run_soak, soak_stack
 from tests.support.isolation import reachable_by_job_users
 
-PLAN = SoakPlan(duration_s=44, jobs=4, fault_every_s=(8, 10), cycle=True, settle_s=180)
+PLAN = SoakPlan(duration_s=44, jobs=4, fault_every_s=(6, 8), cycle=True, settle_s=180)
 
 
 def soak(root: Path, database_url: str) -> tuple[SoakReport, list[str]]:
