@@ -50,8 +50,9 @@ def capacity_of(records: Sequence[WorkerRecord]) -> list[WorkerCapacity]:
 def live_capacity(redis: Redis, *, silent_for_s: float | None = None) -> list[WorkerCapacity]:
     """Every pool of workers whose heartbeat is current and that take dispatched work; with
     `silent_for_s`, none whose last heartbeat is older than that. The dispatcher gives work to
-    no worker silent for as long as makes the reaper call its jobs lost (its record outlives
-    it by up to 15 s: a killed worker given the retry of the job it lost would lose it too)."""
+    no worker silent for half the time that makes the reaper call its jobs lost (its record
+    outlives it by up to 15 s, and its own heartbeat may be a beat newer than its job's: a
+    killed worker given the retry of the job it lost would lose it too)."""
     records = load_worker_records(redis)
     if silent_for_s is not None:
         since = datetime.now(UTC) - timedelta(seconds=silent_for_s)

@@ -262,7 +262,8 @@ class Dispatcher:
         now = time.monotonic()
         age = WOKEN_CAPACITY_AGE_S if self.woken else self.settings.dispatch_interval_s
         if self.capacity is None or now - self.capacity[0] >= age:
-            silent_for_s = self.settings.reaper_lost_after_s
+            settings = self.settings  # well before its jobs are called lost (see live_capacity)
+            silent_for_s = max(2 * settings.heartbeat_interval_s, settings.reaper_lost_after_s / 2)
             self.capacity = (now, live_capacity(self.redis, silent_for_s=silent_for_s))
         return self.capacity[1]
 

@@ -84,11 +84,17 @@ def attempt_processes(job_id: str, attempt: int) -> list[psutil.Process]:
     return found
 
 
-def horse_of(worker: psutil.Process) -> psutil.Process | None:
-    """The work horse RQ forked for the task a worker runs: its child with the worker's own
-    command line (the worker's fork server for warm starts is another child)."""
-    horses = [c for c in worker.children() if c.cmdline() == worker.cmdline()]
-    return horses[0] if horses else None
+def horse_of(worker: psutil.Process, job_id: str) -> psutil.Process | None:
+    """The work horse RQ forked for the job's task on this worker: its child whose descendants
+    include the job's processes (the worker's fork server and spare pools are children too)."""
+    ours = {p.pid for p in job_processes(job_id)}
+    for child in worker.children():
+        try:
+            if ours & {p.pid for p in child.children(recursive=True)}:
+                return child
+        except psutil.NoSuchProcess:
+            continue
+    return None
 
 
 def worker_running(stack: Stack, http: httpx.Client, job_id: str, node: int) -> psutil.Process:
@@ -194,7 +200,9 @@ def test_a_killed_node_worker_stops_every_node_and_the_job_is_retried(
     stack.workers = [w for w in stack.workers if w.poll() is None]
     stack.start_worker("multi")  # a second node for attempt 2
     job = stack.wait_for_state(http, job_id, {"succeeded"}, timeout=120)
-    assert job["attempt"] == 2
+    # Attempt 2, or 3 when attempt 2 was admitted onto the killed worker before the dispatcher
+    # knew it gone (a lost admission: it uses none of max_retries, docs/scheduling.md).
+    assert job["attempt"] in (2, 3), job
     assert wait_until(lambda: not job_processes(job_id), timeout=10)
     print(f"\nmulti-node: both nodes of attempt 1 stopped {stopped_s:.1f} s after the kill")
 
@@ -206,7 +214,7 @@ def test_a_frozen_node_is_reaped_and_cancel_stops_every_node(
     job_id = submit(http, spec)
     stack.wait_for_state(http, job_id, {"running"}, timeout=60)
     worker = worker_running(stack, http, job_id, 1)
-    horse = horse_of(worker)
+    horse = horse_of(worker, job_id)
     assert horse is not None
     horse.send_signal(signal.SIGSTOP)  # its heartbeat stops; its ranks go on
     frozen_at = time.monotonic()
