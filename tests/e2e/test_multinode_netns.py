@@ -102,6 +102,9 @@ def test_a_lost_node_resumes_on_another_host_from_the_store(
             LAUNCHBAY_HEARTBEAT_INTERVAL_S="1",
             LAUNCHBAY_REAPER_INTERVAL_S="1",
             LAUNCHBAY_REAPER_LOST_AFTER_S="5",
+            # Multi-node jobs start cold: no worker here needs a fork server importing torch
+            # as it starts (host c's, started beside a loaded suite, would be late to join).
+            LAUNCHBAY_WARM_START="false",
         )
         # Three hosts' disks, none shared: c comes up in a's namespace once a is lost.
         worker_dirs = {name: stack.root / f"host-{name}" for name in ("a", "b", "c")}
@@ -138,7 +141,7 @@ def test_a_lost_node_resumes_on_another_host_from_the_store(
                         "nproc_per_node": 1,
                         "queue": QUEUE,
                         "max_retries": 1,
-                        "rendezvous_timeout_s": 30,  # a wrong address fails in 30 s, not 10 min
+                        "rendezvous_timeout_s": 60,  # a wrong address fails in 60 s, not 10 min
                         "checkpoint": {"keep_last": 2},
                     }
                 )
