@@ -407,7 +407,9 @@ def test_a_job_that_makes_no_progress_is_a_hang(
     assert job["exit_reason"] == "hang", job
     assert job["message"] == "stopped: no new event from rank 0 for hang_timeout_s=3 s"
     ran_s = seconds(job, "started_at", "finished_at")
-    assert 3 <= ran_s <= 3 + GRACE_S + 3, ran_s
+    assert 3 <= ran_s <= 3 + GRACE_S + 8, (
+        ran_s
+    )  # the stop, not a minute later (a loaded CI adds seconds)
     assert wait_until(lambda: not job_processes(job_id), timeout=5)
     # Its goodput ledger: from what the watchdog last saw (its start) to its stop, a hang.
     ledger = http.get(f"/v1/jobs/{job_id}/goodput").json()
