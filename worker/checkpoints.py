@@ -55,6 +55,7 @@ from service.records import (
     delete_checkpoints,
     list_checkpoints,
     register_checkpoint,
+    retired_paths,
 )
 from service.settings import Settings
 from worker.checkpoint_checks import (
@@ -147,6 +148,8 @@ class CheckpointRegistrar:
         self.rejected = 0
         # The job is no longer this attempt's: nothing more is registered.
         self.superseded = False
+        # Whether this attempt's retention has removed what earlier passes retired.
+        self.swept = False
         # Told of each checkpoint once it is registered (the attempt's goodput marks).
         self.on_registered: Callable[[CheckpointEvent], None] | None = None
 
@@ -312,6 +315,10 @@ class CheckpointRegistrar:
                 dropped = delete_checkpoints(
                     session, self.job_id, self.attempt, [c.id for c in rows if c.id not in keep]
                 )
+                # A pass retires its rows, commits, then removes the files: one cut off in
+                # between (its host lost, the store down) left files no row lists. The first
+                # pass of each attempt removes them again.
+                earlier = set() if self.swept else retired_paths(session, self.job_id)
         except AttemptSuperseded:
             log.warning(
                 "job %s: attempt %d superseded; retention skipped", self.job_id, self.attempt
@@ -321,12 +328,15 @@ class CheckpointRegistrar:
             log.warning("job %s: checkpoint retention failed", self.job_id, exc_info=True)
             return
         kept_paths = {c.path for c in rows if c.id in keep}
-        doomed = [c.path for c in dropped if c.path not in kept_paths]
+        doomed = sorted(({c.path for c in dropped} | earlier) - kept_paths)
         if self.store.remote and doomed:
             try:
                 self.store.delete(doomed)
+                self.swept = True
             except StoreError:
                 log.warning("job %s: could not delete %s from the store", self.job_id, doomed)
+        else:
+            self.swept = True
         for path in doomed:
             local = self.data_dir / path
             if not local.resolve().is_relative_to(self.kept_dir):

@@ -24,6 +24,7 @@ from service.records.checkpoints import (
     delete_checkpoints,
     list_checkpoints,
     register_checkpoint,
+    retired_paths,
 )
 from service.records.goodput import (
     LEDGER_JOB_COLUMNS,
@@ -142,6 +143,7 @@ __all__ = [
     "join_node",
     "last_sign_of_life",
     "list_checkpoints",
+    "retired_paths",
     "list_job_events",
     "list_jobs",
     "list_log_lines",

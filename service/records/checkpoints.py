@@ -113,6 +113,16 @@ def _retire(session: Session, rows: list[Checkpoint], attempt: int, first_seq: i
         insert_event(session, row.job_id, CHECKPOINT_DELETED, attempt, first_seq + i, data)
 
 
+def retired_paths(session: Session, job_id: str) -> set[str]:
+    """The paths of the job's retired checkpoints that no live checkpoint holds: the objects
+    retention meant to remove (a pass cut off after its commit may have left them)."""
+    rows = session.exec(
+        select(Checkpoint.path, Checkpoint.deleted_at).where(Checkpoint.job_id == job_id)
+    ).all()
+    live = {path for path, deleted_at in rows if deleted_at is None}
+    return {path for path, deleted_at in rows if deleted_at is not None} - live
+
+
 def list_checkpoints(session: Session, job_id: str) -> list[Checkpoint]:
     """The job's live checkpoints (not retired), oldest first."""
     stmt = (

@@ -311,6 +311,11 @@ def test_a_days_runs_read_at_a_glance(sqlite_stack: Stack, browser: "WebDriver")
     # Goodput of the period: the bar of device-hours, a bar per day, the jobs that lost most.
     driver.get(f"{sqlite_stack.url}/#/goodput?since=7d")
     wait("the period's bar", lambda: _goodput_parts(driver, "#goodput-period"))
+    # The days are read after the period's whole, one request per day.
+    wait(
+        "a bar per day",
+        lambda: js(driver, "return document.querySelectorAll('#goodput-days li').length") > 0,
+    )
     days = js(driver, "return document.querySelectorAll('#goodput-days li').length")
     assert days == 7, days
     held = js(driver, "return document.querySelectorAll('#goodput-days li .goodput-bar').length")
