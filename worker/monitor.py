@@ -239,7 +239,7 @@ class AttemptMonitor:
                     if failing is not None:
                         self.announce(failing)
                 return stop
-            time.sleep(self.settings.worker_poll_s)
+            tree.wait(self.settings.worker_poll_s)
 
     def _note_progress(self, tree: ProcessTree) -> None:
         if not self.running and (

@@ -24,6 +24,7 @@ Standard library only besides what it preloads; run by path, like `rank_main.py`
 """
 
 import argparse
+import gc
 import importlib
 import importlib.util
 import json
@@ -226,6 +227,10 @@ def main(argv: list[str]) -> None:
     helpers["process_block"].set_dumpable(0)
     process_block = can_set_process_block(helpers["process_block"])
     modules = preload()
+    # What the server holds is never garbage: no collection in it or in a fork walks it, none
+    # writes to the pages a fork shares, and a rank's `gc.get_objects()` lists its own alone.
+    gc.collect()
+    gc.freeze()
     prepared = {"helpers": helpers, "path": path, "rank_main": helpers["rank_main"]}
     server = Server(args, prepared)
     try:

@@ -81,7 +81,13 @@ class WarmProcess:
     def __init__(self, conn: socket.socket, pid: int, buffered: bytes) -> None:
         self.conn, self.pid, self.buffer = conn, pid, buffered
         self.returncode: int | None = None
+        self.announced: list[int] = []  # the ranks' PIDs, as the launcher forks them
         self.conn.setblocking(False)
+
+    @property
+    def exit_fd(self) -> int | None:
+        """Readable once the server has more to say (the launcher's exit status)."""
+        return None if self.returncode is not None else self.conn.fileno()
 
     def poll(self) -> int | None:
         if self.returncode is not None:
@@ -96,10 +102,12 @@ class WarmProcess:
                 chunk = b""
             self.buffer += chunk
             ended = not chunk
-        for line in self.buffer.split(b"\n")[:-1]:
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
             message = json.loads(line)
             if "exit" in message:
                 self.returncode = int(message["exit"])
+            self.announced.extend(int(pid) for pid in message.get("ranks", ()))
         if self.returncode is None and ended and not _exists(self.pid):
             self.returncode = -1  # the server went away without telling how it ended
         if self.returncode is not None:
@@ -133,12 +141,7 @@ def start_warm_launcher(
     try:
         socket.send_fds(conn, [len(body).to_bytes(4, "big")], [out_fd])
         conn.sendall(body)
-        buffered = b""
-        while b"\n" not in buffered:
-            chunk = conn.recv(4096)
-            if not chunk:
-                raise WarmUnavailable("the fork server closed the connection before forking")
-            buffered += chunk
+        pid, buffered = _forked_pid(conn)
     except OSError as exc:
         conn.close()
         raise WarmUnavailable(f"the fork server did not start a launcher: {exc}") from None
@@ -147,11 +150,26 @@ def start_warm_launcher(
         raise
     finally:
         os.close(out_fd)
-    first, _, rest = buffered.partition(b"\n")
-    pid = int(json.loads(first)["pid"])
     if cgroup is not None:
         cgroup.add(pid)
-    return ProcessTree(WarmProcess(conn, pid, rest), pids_file, cgroup)
+    return ProcessTree(WarmProcess(conn, pid, buffered), pids_file, cgroup, server_pid=server.pid)
+
+
+def _forked_pid(conn: socket.socket) -> tuple[int, bytes]:
+    """The launcher's PID, which the server sends as it forks, and the lines read with it (the
+    launcher's own, such as its ranks' PIDs, may come first)."""
+    buffered, early = b"", b""
+    while True:
+        while b"\n" not in buffered:
+            chunk = conn.recv(4096)
+            if not chunk:
+                raise WarmUnavailable("the fork server closed the connection before forking")
+            buffered += chunk
+        line, _, buffered = buffered.partition(b"\n")
+        message = json.loads(line)
+        if "pid" in message:
+            return int(message["pid"]), early + buffered
+        early += line + b"\n"
 
 
 def effective_rank_env(plan: LaunchPlan) -> dict[str, str]:

@@ -43,22 +43,22 @@ def checkpoints_prefix(job_id: str) -> str:
 
 def open_store(settings: Settings) -> ArtifactStore:
     """A new store for the settings (the S3 client is imported only when one is asked for)."""
-    if settings.artifact_store == "local":
-        return LocalStore(settings.data_dir)
+    return _open(settings.artifact_store, settings.s3_endpoint_url, settings.data_dir)
+
+
+def _open(artifact_store: str, endpoint_url: str | None, data_dir: Path) -> ArtifactStore:
+    if artifact_store == "local":
+        return LocalStore(data_dir)
     from service.artifacts.s3 import S3Store
 
-    return S3Store.from_url(settings.artifact_store, endpoint_url=settings.s3_endpoint_url)
+    return S3Store.from_url(artifact_store, endpoint_url=endpoint_url)
 
 
 @lru_cache(maxsize=4)
 def _cached(
     artifact_store: str, endpoint_url: str | None, data_dir: str, pid: int
 ) -> ArtifactStore:
-    return open_store(
-        Settings(
-            artifact_store=artifact_store, s3_endpoint_url=endpoint_url, data_dir=Path(data_dir)
-        )
-    )
+    return _open(artifact_store, endpoint_url, Path(data_dir))
 
 
 def store_for(settings: Settings) -> ArtifactStore:

@@ -118,3 +118,29 @@ def test_the_fork_server_answers_no_other_uid(wenv: WorkerEnv) -> None:
     finally:
         directory.chmod(mode & 0o777)
         sock.chmod(0o600)
+
+
+def test_a_warm_rank_ends_as_its_interpreter_would(wenv: WorkerEnv) -> None:
+    """A warm rank leaves without tearing the fork server's modules down (torch's teardown
+    costs a rank ~0.4 s), yet does what the interpreter's exit does that a program sees."""
+    done = wenv.submit("exit_probe.py")
+    wenv.run(done)
+    info, _ = server_files(wenv)
+    # One rank: of two, the other would be stopped as this one fails, as torchrun does.
+    failed = wenv.submit("exit_probe.py", nproc_per_node=1, env={"EXIT_PROBE_CODE": "3"})
+    wenv.run(failed)
+
+    assert wenv.job(done).launch_path == wenv.job(failed).launch_path == "warm"
+    assert wenv.job(done).state == "succeeded", wenv.job(done).message
+    for job_id, ranks in ((done, (0, 1)), (failed, (0,))):
+        out = wenv.settings.data_dir.resolve() / "artifacts" / job_id
+        for rank in ranks:
+            assert (out / f"unclosed-{rank}.txt").read_text() == f"rank {rank} sum 3\n"
+            assert (out / f"atexit-{rank}.txt").read_text() == "ran"
+            assert (out / f"thread-{rank}.txt").read_text().startswith("written after")
+    job = wenv.job(failed)
+    assert (job.state, job.exit_reason) == ("failed", "user_error"), job.message
+    assert job.exit_code == 3 and "exit code 3" in (job.message or ""), job.message
+    # Both attempts were forked from one server: no attempt's supervisor stopped it.
+    assert server_files(wenv)[0]["pid"] == info["pid"]
+    os.kill(info["pid"], 0)

@@ -1,0 +1,65 @@
+"""A warm launcher is forked by the fork server and calls `setsid` only once it runs: seen
+before that, it is in the server's session. The sweep after it ends stops what is left in its
+recorded sessions, and must not take the fork server, its parent, for one of the job's; nor
+may the record say the server's session is the job's."""
+
+import subprocess
+import sys
+import textwrap
+import time
+
+from tests.support.procs import wait_until
+from worker.process_tree import ProcessTree, stop_job_processes
+from worker.warm_start import _exists
+
+SERVER = textwrap.dedent(
+    """
+    import os, time
+    pid = os.fork()
+    if pid == 0:  # the launcher: in the server's session until it leaves it
+        time.sleep(0.8)
+        os.setsid()
+        time.sleep(0.2)
+        os._exit(0)
+    print(pid, flush=True)
+    time.sleep(60)
+    """
+)
+
+
+class ForkedLauncher:
+    """The server's child, as `ProcessTree` watches a warm launcher: ended once it is gone."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        return None if _exists(self.pid) else 0
+
+
+def test_the_sweep_after_a_warm_launcher_leaves_its_fork_server_running() -> None:
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert server.stdout is not None
+        launcher = ForkedLauncher(int(server.stdout.readline()))
+        tree = ProcessTree(launcher, server_pid=server.pid)
+        assert launcher.pid not in tree.records  # not while it is in the server's session
+        assert wait_until(lambda: launcher.poll() is not None, timeout=10)
+        assert stop_job_processes(tree, grace_s=1.0) == []
+        assert server.poll() is None, "the sweep stopped the fork server"
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_poll_wait_ends_when_the_launcher_does() -> None:
+    """The supervisor sees its launcher's end at once, not at its next poll."""
+    launcher = subprocess.Popen(["sleep", "0.3"], start_new_session=True)
+    tree = ProcessTree(launcher)
+    began = time.monotonic()
+    tree.wait(60.0)
+    assert time.monotonic() - began < 30, "waited for the timeout, not for the launcher"
+    assert tree.returncode() == 0
+    tree.wait(0.01)  # ended: returns
