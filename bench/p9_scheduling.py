@@ -76,18 +76,20 @@ def pass_result(root: Path, redis_url: str) -> Result:
 
 def throughput_result(root: Path, simulated_redis_url: str, real_redis_url: str) -> Result:
     simulated, passes = simulated_throughput(root, simulated_redis_url)
-    real = real_throughput(root / "real", real_redis_url)
+    cold = real_throughput(root / "real", real_redis_url)
+    warm = real_throughput(root / "real-warm", real_redis_url, warm=True)
     p50, p99 = 1000 * percentile(passes, 50), 1000 * percentile(passes, 99)
     return Result(
         "P9d",
         "admission throughput: 3,000 queued, 20 simulated one-slot workers; 40 jobs, 4 real ones",
         f"{simulated:.0f} admissions/s (passes p50 {p50:.0f} ms, p99 {p99:.0f} ms); "
-        f"{real:.1f} jobs/s reaching running on 4 real workers",
+        f"{warm:.1f} jobs/s reaching running on 4 real workers, warm ({cold:.1f}/s cold)",
         "≥ 500/s simulated; ≥ 20/s real",
-        simulated >= 500 and real >= 20,
+        simulated >= 500 and warm >= 20,
         "simulated workers (another process) end every job they pop at once, so the "
-        "dispatcher alone is measured, woken as in the API; a real job is a `python` "
-        "launcher running `print('ok')` from uploaded code, on `--slots 1` workers",
+        "dispatcher alone is measured, woken as in the API; a real job runs `print('ok')` "
+        "from uploaded code on `--slots 1` workers: warm, the default launcher once the "
+        "workers' fork servers are up; cold, `launcher: python`",
     )
 
 
