@@ -15,7 +15,7 @@ only looks at the finished futures, so a slow upload never holds the loop, nor t
 - A failed upload (the store unreachable, or gone mid-upload) is retried with backoff until
   `retry_for_s` has passed; an object store makes an object visible only once complete, so
   nothing half-written is ever listed, served or registered.
-- The thread runs in ``SCHED_BATCH`` at nice 10 (`worker.process_tree.run_in_batches`), and so
+- The thread runs in ``SCHED_BATCH`` at nice 10 (`worker.cpu_policy.run_in_batches`), and so
   do the threads it starts (the store client's): reading, hashing and sending a large
   checkpoint never pre-empt a rank and yield to the supervisor's own work, yet cannot be
   starved by ranks that use every core.
@@ -51,7 +51,7 @@ from worker.checkpoint_keep import (
     snapshot_file,
     snapshot_tree,
 )
-from worker.process_tree import run_in_batches
+from worker.cpu_policy import run_in_batches
 
 log = logging.getLogger(__name__)
 TAR_MEDIA_TYPE = "application/x-tar"

@@ -34,10 +34,10 @@ from service.records import (
     append_metric_points,
 )
 from service.scheduling.idle_gpu import IdleGpuPolicy, idle_gpu_policy_of
+from worker.cpu_policy import run_in_batches
 from worker.gpu_sampler import GpuReader, GpuSample, open_gpu_reader
 from worker.idle_gpu import IdleGpuJudge, IdleVerdict
 from worker.launch import LaunchPlan
-from worker.process_tree import run_in_batches
 
 log = logging.getLogger(__name__)
 

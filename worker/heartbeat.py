@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from jobs.states import AttemptRef, JobState
 from service.db import session_scope
 from service.records import touch_job_heartbeat
-from worker.process_tree import run_in_batches
+from worker.cpu_policy import run_in_batches
 
 log = logging.getLogger(__name__)
 

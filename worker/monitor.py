@@ -40,6 +40,7 @@ from service.scheduling.preemption import preemption_of
 from service.settings import Settings
 from worker.cgroups import JobCgroup, cgroup_name
 from worker.checkpoints import CheckpointRegistrar
+from worker.cpu_policy import yield_cpu_to_ranks
 from worker.db_retry import retry_db
 from worker.disk import DiskWatch
 from worker.goodput_marks import AttemptMarker
@@ -57,7 +58,6 @@ from worker.process_tree import (
     elastic_restart_count,
     shutdown_requested,
     stop_job_processes,
-    yield_cpu_to_ranks,
 )
 from worker.scratch import shm_bytes
 from worker.stacks import record_rank_stacks

@@ -37,6 +37,7 @@ import psutil
 from jobs.contract import env as rank_env
 from worker.cgroups import JobCgroup
 from worker.launch import LaunchPlan
+from worker.process_table import Proc, live_processes, proc_stat
 from worker.scratch import PrivateScratch
 
 log = logging.getLogger(__name__)
@@ -63,62 +64,6 @@ class ProcessRecord:
     pgid: int
     sid: int
     name: str
-
-
-@dataclass(frozen=True)
-class _Proc:
-    pid: int
-    ppid: int
-    create_time: float
-    name: str
-
-
-def _live_processes() -> dict[int, _Proc]:
-    """Every process on the machine that is not a zombie, by PID."""
-    if sys.platform == "linux":
-        return _proc_stats()
-    found: dict[int, _Proc] = {}
-    for proc in psutil.process_iter(["pid", "ppid", "create_time", "status", "name"]):
-        info = proc.info
-        if info["status"] == psutil.STATUS_ZOMBIE or info["create_time"] is None:
-            continue
-        found[info["pid"]] = _Proc(
-            info["pid"], info["ppid"] or 0, info["create_time"], info["name"]
-        )
-    return found
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _proc_stats() -> dict[int, _Proc]:
-    """`_live_processes` from one read of ``/proc/<pid>/stat`` each: a third of what psutil
-    reads for the same fields (a scan runs every few polls of every attempt)."""
-    boot = psutil.boot_time()
-    found: dict[int, _Proc] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            proc = _proc_stat(int(entry.name), boot)
-            if proc is not None:
-                found[proc.pid] = proc
-    return found
-
-
-def _proc_stat(pid: int, boot: float) -> _Proc | None:
-    """The process from its ``/proc/<pid>/stat``; None when it is gone or a zombie. Its start
-    time is psutil's, from the same clock ticks and boot time."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-    except OSError:  # gone, or hidden from us
-        return None
-    name_start, name_end = data.find(b"("), data.rfind(b")")
-    fields = data[name_end + 2 :].split()
-    if name_start < 0 or len(fields) < 20 or fields[0] == b"Z":
-        return None
-    create_time = int(fields[19]) / _CLOCK_TICKS + boot
-    name = data[name_start + 1 : name_end].decode(errors="replace")
-    return _Proc(pid, int(fields[1]), create_time, name)
 
 
 class Launched(Protocol):
@@ -175,14 +120,14 @@ class ProcessTree:
             return False
         boot = psutil.boot_time()
         for pid in announced:
-            proc = _proc_stat(pid, boot)
+            proc = proc_stat(pid, boot)
             record = None if proc is None else self._record_of(proc)
             if record is not None:
                 self.records[pid] = record
         self._save()
         return True
 
-    def _record_of(self, proc: _Proc) -> ProcessRecord | None:
+    def _record_of(self, proc: Proc) -> ProcessRecord | None:
         """The record of `proc`; None while it is in a session or group of ours (a warm
         launcher before its `setsid`: recorded at a later poll, in its own)."""
         try:
@@ -211,7 +156,7 @@ class ProcessTree:
         if ready and self.returncode() is None and not self._record_announced():
             time.sleep(timeout_s)  # ready without news: never spin on it
 
-    def _is_ours(self, proc: _Proc) -> bool:
+    def _is_ours(self, proc: Proc) -> bool:
         record = self.records.get(proc.pid)
         return record is not None and abs(record.create_time - proc.create_time) < 0.01
 
@@ -221,7 +166,7 @@ class ProcessTree:
         self._record_announced()
         if self.cgroup is not None and self._poll_cgroup(self.cgroup):
             return
-        procs = _live_processes()
+        procs = live_processes()
         children: dict[int, list[int]] = {}
         for proc in procs.values():
             children.setdefault(proc.ppid, []).append(proc.pid)
@@ -262,7 +207,7 @@ class ProcessTree:
         new = False
         boot = psutil.boot_time()
         for pid in pids - self.records.keys():
-            proc = _proc_stat(pid, boot)
+            proc = proc_stat(pid, boot)
             record = None if proc is None else self._record_of(proc)  # None: gone meanwhile
             if record is not None:
                 self.records[pid] = record
@@ -288,7 +233,7 @@ class ProcessTree:
         groups = {r.sid for r in self.records.values()} | {r.pgid for r in self.records.values()}
         groups -= self._own_groups
         found = []
-        for proc in _live_processes().values():
+        for proc in live_processes().values():
             if proc.pid in self._own:
                 continue
             if self._is_ours(proc) or proc.pid in in_cgroup:
@@ -300,42 +245,6 @@ class ProcessTree:
             except (ProcessLookupError, PermissionError):
                 continue
         return found
-
-
-def _set_policy(tid: int, policy: int) -> bool:
-    try:
-        os.sched_setscheduler(tid, policy, os.sched_param(0))
-        return True
-    except (OSError, AttributeError):  # not Linux, or the thread is gone
-        return False
-
-
-def run_in_batches(tid: int = 0) -> bool:
-    """Put thread `tid` (0: the calling one) in ``SCHED_BATCH``: it never pre-empts a running
-    rank when it wakes, yet keeps its full share of the CPU, so ranks that use every core
-    cannot starve it. Threads it starts from then on inherit the policy. False where it cannot
-    be set (not Linux).
-
-    Why not nice alone: Linux schedules each session as one group (autogroup) and torchrun
-    starts every rank in a session of its own, so a nice value weighs only against the
-    worker's own threads, and a niced thread that wakes still pre-empts a running rank: a rank
-    held off its core for a moment holds back every rank of a DDP step (docs/benchmarks.md,
-    P1). Why not ``SCHED_IDLE``: it runs only on a core nobody wants, and ranks that spin on
-    every core (CPU training, CUDA's spin-wait, data loaders) would starve the supervisor, so
-    its ingestion, cancel checks and heartbeat would fall behind without bound; measured here,
-    it took no less from the ranks than this."""
-    return _set_policy(tid, getattr(os, "SCHED_BATCH", -1))
-
-
-def yield_cpu_to_ranks() -> list[int]:
-    """Once the ranks run: every thread of this process runs in batches (`run_in_batches`),
-    and so do the threads it starts later (the checkpoint upload's, its store client's).
-    Returns the threads changed."""
-    changed = []
-    for name in os.listdir(f"/proc/{os.getpid()}/task") if sys.platform == "linux" else []:
-        if run_in_batches(int(name)):
-            changed.append(int(name))
-    return changed
 
 
 def with_lifeline(argv: list[str], signal_number: int = signal.SIGTERM) -> list[str]:

@@ -338,10 +338,7 @@ def run_worker(
     if stopped:
         log.warning("killed processes %s left by attempts whose supervisor died", stopped)
     with warm_servers(tasks.context.warm_pool(), settings, cuda.available):
-        # What the worker holds from here on (its modules, its settings) is never garbage: no
-        # collection walks it again, and none writes to the pages each horse shares.
-        gc.collect()
-        gc.freeze()
+        gc.freeze()  # what it holds is never garbage: no collection walks it (nor its horses)
         return work_until_stopped(worker, burst=burst, logging_level=logging_level)
 
 

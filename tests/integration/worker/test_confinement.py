@@ -130,10 +130,10 @@ def test_a_confined_jobs_processes_are_recorded_from_its_cgroup(
     tree = process_tree.start_launcher(plan, tmp_path / "launcher.log", None, cgroup)
     try:
 
-        def scanned() -> dict[int, process_tree._Proc]:
+        def scanned() -> dict[int, process_tree.Proc]:
             raise AssertionError("the whole process table was scanned")
 
-        monkeypatch.setattr(process_tree, "_live_processes", scanned)
+        monkeypatch.setattr(process_tree, "live_processes", scanned)
 
         assert wait_until(started.exists, timeout=20)
 

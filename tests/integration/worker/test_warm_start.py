@@ -4,6 +4,7 @@ or of the job that ran before it."""
 
 import json
 import os
+import pwd
 import re
 import socket
 from pathlib import Path
@@ -41,6 +42,9 @@ def normalised(report: dict[str, Any], job_id: str, user: str) -> dict[str, Any]
     found = json.loads(text)
     for name in PER_RUN:
         found["env"].pop(name)
+    # Each attempt leases whichever job user is free: its own ids, no other group.
+    entry = pwd.getpwnam(user)
+    assert found.pop("ids") == [entry.pw_uid, entry.pw_uid, entry.pw_gid, entry.pw_gid, []]
     return found
 
 
@@ -59,7 +63,7 @@ def test_a_warm_rank_is_what_torchrun_makes_it(wenv: WorkerEnv) -> None:
         assert warm[rank]["environ_block"] is True  # /proc/<pid>/environ says its own
         assert warm[rank]["cmdline"][3].endswith("rank_main.py")
         assert warm[rank]["cuda_at_start"] is False
-        assert warm[rank]["ids"][0] not in (0, os.getuid())
+        assert warm[rank]["ids"][0] not in (0, os.getuid())  # a job user
         assert warm[rank]["session_leader"] and warm[rank]["stdin"] == "/dev/null"
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from service.artifacts import LocalStore
 from worker.checkpoint_upload import CheckpointUploader
-from worker.process_tree import yield_cpu_to_ranks
+from worker.cpu_policy import yield_cpu_to_ranks
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux scheduling policies")
 
