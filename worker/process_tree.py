@@ -95,6 +95,7 @@ class ProcessTree:
         self._pids_file = pids_file
         self._own = {os.getpid(), 1}
         self._own_groups = {os.getsid(0), os.getpgid(0)}
+        self._announced: set[int] = set()
         if server_pid is not None:
             self._own.add(server_pid)
             with suppress(OSError):
@@ -111,16 +112,13 @@ class ProcessTree:
     def _record_announced(self) -> bool:
         """Record the ranks a warm launcher said it forked, before a scan could miss the short
         ones; whether there were any new."""
-        announced = [
-            pid
-            for pid in getattr(self.popen, "announced", ())
-            if pid not in self.records and pid not in self._own
-        ]
+        announced = [p for p in getattr(self.popen, "announced", ()) if p not in self._announced]
         if not announced:
             return False
+        self._announced.update(announced)  # each once: one gone already is not looked for again
         boot = psutil.boot_time()
         for pid in announced:
-            proc = proc_stat(pid, boot)
+            proc = None if pid in self.records or pid in self._own else proc_stat(pid, boot)
             record = None if proc is None else self._record_of(proc)
             if record is not None:
                 self.records[pid] = record
