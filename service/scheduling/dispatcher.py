@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from redis import Redis
@@ -72,6 +72,8 @@ from service.scheduling.reservations import (
     load_reserved_jobs,
     lost_admissions,
     stale_reservations,
+    unfinished_node_workers,
+    without_lanes,
 )
 from service.scheduling.usage import HeldSpan, decayed_seconds, period_seconds, usage_since
 from service.scheduling.waiting import Shown, load_queue, waiting_changes
@@ -201,6 +203,11 @@ class Dispatcher:
                 self.elsewhere,
                 self.shown,
             )
+            retried = [(w.job.id, w.job.attempt) for w in waiting if w.job.attempt > 1]
+            if retried:
+                since = now - timedelta(seconds=settings.reaper_lost_after_s)
+                gone = unfinished_node_workers(connection, retried, since)
+                workers = without_lanes(workers, gone)
             # A lost admission's job is planned as the attempt it becomes this pass (`release`).
             waiting = [
                 replace(w, job=replace(w.job, attempt=w.job.attempt + 1))

@@ -1,21 +1,23 @@
 """What a dispatch pass reads of the reservations: the reserved jobs (`load_reserved_jobs`),
 the reservations to release (`stale_reservations`) and among them the admissions lost with
 their worker (`lost_admissions`), the reserved jobs as preemption sees them (`running_jobs`),
-and a node's reserved devices (`reservations_of`)."""
+a node's reserved devices (`reservations_of`), and the workers whose node of an earlier attempt
+never recorded its end (`unfinished_node_workers`)."""
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import Connection, select
 
 from jobs.states import JobState
-from service.models import Job, JobReservation
+from service.models import Job, JobNode, JobReservation
 from service.scheduling.capacity import ActiveReservation
-from service.scheduling.planner import RunningJob
+from service.scheduling.planner import RunningJob, WorkerCapacity
 
 _job = Job.__table__  # type: ignore[attr-defined]
 _reservation = JobReservation.__table__  # type: ignore[attr-defined]
+_node = JobNode.__table__  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -139,3 +141,37 @@ def reservations_of(connection: Connection, job_id: str, attempt: int) -> list[A
         ActiveReservation(r.job_id, r.attempt, r.node, r.owner, r.worker, tuple(r.devices or ()))
         for r in rows
     ]
+
+
+def unfinished_node_workers(
+    connection: Connection, retried: Collection[tuple[str, int]], since: datetime
+) -> set[str]:
+    """The workers of the nodes of earlier attempts of `retried` jobs (id, attempt now) that
+    never recorded their end, heard from after `since`. Such a worker may have died with its
+    node: a peer node sees a killed host at once and the job is retried at once, while the dead
+    worker's record lives on for seconds. The dispatcher gives it no work meanwhile; the rule
+    for silent workers takes over after `since`."""
+    ids = sorted({job_id for job_id, _ in retried})
+    if not ids:
+        return set()
+    now_at = dict(retried)
+    rows = connection.execute(
+        select(_node.c.job_id, _node.c.attempt, _node.c.worker).where(
+            _node.c.job_id.in_(ids),
+            _node.c.finished_at.is_(None),
+            _node.c.last_heartbeat > since,
+        )
+    )
+    return {worker for job_id, attempt, worker in rows if attempt < now_at[job_id]}
+
+
+def without_lanes(pools: Sequence[WorkerCapacity], gone: Collection[str]) -> list[WorkerCapacity]:
+    """`pools` without the lanes `gone` (a pool left with none is left out)."""
+    kept = []
+    for pool in pools:
+        lanes = tuple(lane for lane in pool.lane_names() if lane not in gone)
+        if lanes == pool.lane_names():
+            kept.append(pool)
+        elif lanes:
+            kept.append(replace(pool, lanes=lanes))
+    return kept

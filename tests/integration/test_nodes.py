@@ -17,6 +17,8 @@ from service.db import session_scope
 from service.executors.rq import RQExecutor, attempt_tasks, enqueue_attempt, rq_job_id
 from service.models import Job, JobEvent, JobNode, utcnow
 from service.reaper import reap_once
+from service.scheduling.planner import WorkerCapacity
+from service.scheduling.reservations import unfinished_node_workers, without_lanes
 from service.settings import Settings
 
 
@@ -224,3 +226,36 @@ def test_deleting_a_job_removes_its_nodes(engine: Engine) -> None:
     with session_scope(engine) as session:
         records.delete_job_rows(session, job_id)
         assert records.list_nodes(session, job_id) == []
+
+
+def test_a_retry_is_given_no_worker_whose_node_of_the_attempt_before_never_ended(
+    engine: Engine,
+) -> None:
+    """Node 1 fails at once because node 0's host died; the job is retried at once, while the
+    dead worker w0's record lives on: the dispatcher must not place the retry on w0 until the
+    reaper's time for a silent node has passed."""
+    job_id = new_job(engine, max_retries=1)
+    for node in (0, 1):
+        assert join(engine, job_id, node) is not None
+    finish(engine, job_id, 1, NodeState.FAILED, ExitReason.USER_ERROR, "peer closed")
+    assert job_of(engine, job_id).attempt == 2
+    recent = utcnow() - timedelta(seconds=5)
+    with engine.connect() as connection:
+        assert unfinished_node_workers(connection, [(job_id, 2)], recent) == {"w0"}
+        # Heard from before `since`: the rule for silent workers decides, not this one.
+        assert unfinished_node_workers(connection, [(job_id, 2)], utcnow()) == set()
+        assert unfinished_node_workers(connection, [(job_id, 1)], recent) == set()
+    finish(engine, job_id, 0, NodeState.STOPPED)  # w0 was alive after all: it said so
+    with engine.connect() as connection:
+        assert unfinished_node_workers(connection, [(job_id, 2)], recent) == set()
+
+
+def test_a_pool_loses_only_the_lanes_given() -> None:
+    pools = [
+        WorkerCapacity("w0", frozenset({"q"}), ("cpu:0",)),
+        WorkerCapacity("host/p", frozenset({"q"}), ("cpu:0", "cpu:1"), ("w1", "w2")),
+    ]
+    assert without_lanes(pools, {"w0", "w2"}) == [
+        WorkerCapacity("host/p", frozenset({"q"}), ("cpu:0", "cpu:1"), ("w1",))
+    ]
+    assert without_lanes(pools, set()) == pools
