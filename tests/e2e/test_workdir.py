@@ -119,10 +119,11 @@ def test_a_declared_snapshot_is_registered_and_a_retry_resumes_from_it(
     """The first attempt loses a rank once its second snapshot is registered; the retry finds
     that snapshot at ./snapshot.pt, as the script expects, and resumes from it. (A snapshot is
     registered once it has stayed the same for a second: 50 epochs of this script, 2.5 s and
-    more here, leave it that.)"""
+    more here, leave it that; 150 epochs after the second leave time to stop a rank before
+    the job ends, under a loaded CI.)"""
     with stack.client() as http:
         job_id = submit(
-            http, code_id, "ddp-tutorial-retry", ["150", "50"],
+            http, code_id, "ddp-tutorial-retry", ["200", "50"],
             outputs={"checkpoints": ["snapshot.pt"]}, max_retries=1,
         )  # fmt: skip
         seen: list[str] = []
@@ -149,6 +150,6 @@ def test_a_declared_snapshot_is_registered_and_a_retry_resumes_from_it(
         assert response.status_code == 200
         assert hashlib.sha256(response.content).hexdigest() == checkpoint["sha256"]
         assert response.headers["etag"] == f'"{checkpoint["sha256"]}"'
-        assert snapshot_of(response.content)["EPOCHS_RUN"] == 100
+        assert snapshot_of(response.content)["EPOCHS_RUN"] == 150
         # A checkpoint, not an artifact.
         assert http.get(f"/v1/jobs/{job_id}/artifacts").json()["items"] == []
