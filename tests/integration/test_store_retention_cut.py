@@ -3,16 +3,15 @@ pass cut off in between (the store down, or the host lost) leaves an object no l
 lists; the next attempt's first pass deletes it, and nothing live."""
 
 from collections.abc import Iterable
-from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from jobs.contract.checkpoints import CheckpointPolicy
 from jobs.states import AttemptRef, ExitReason, JobState
 from service import records
 from service.artifacts import ArtifactStore, ObjectMissing, StoreError, open_store
-from service.db import make_engine, upgrade_database
 from service.settings import Settings
 from tests.support.registry import running_job
 from tests.support.services import S3Server
@@ -26,17 +25,20 @@ def settle(registrar: CheckpointRegistrar, path: str, step: int) -> None:
 
 
 def test_objects_a_cut_retention_pass_left_are_deleted_by_the_next_attempt(
-    tmp_path: Path, s3_server: S3Server, s3_prefix: str, monkeypatch: pytest.MonkeyPatch
+    engine: Engine,
+    settings: Settings,
+    s3_server: S3Server,
+    s3_prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'launchbay.db'}"
-    upgrade_database(url)
-    engine = make_engine(url)
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        artifact_store=s3_server.store_url(s3_prefix),
-        s3_endpoint_url=s3_server.endpoint(),
+    artifacts = open_store(
+        settings.model_copy(
+            update={
+                "artifact_store": s3_server.store_url(s3_prefix),
+                "s3_endpoint_url": s3_server.endpoint(),
+            }
+        )
     )
-    artifacts = open_store(settings)
     job_id = running_job(engine, max_retries=1)
     folder = settings.checkpoints_dir / job_id
     folder.mkdir(parents=True)
@@ -79,4 +81,3 @@ def test_objects_a_cut_retention_pass_left_are_deleted_by_the_next_attempt(
         with pytest.raises(ObjectMissing):
             artifacts.size(f"{key}/{gone}")
     assert artifacts.size(f"{key}/c.pt") == 4000
-    engine.dispose()
