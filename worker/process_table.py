@@ -4,6 +4,7 @@ start time (psutil's) and name, read from ``/proc/<pid>/stat`` once each on Linu
 import os
 import sys
 from dataclasses import dataclass
+from functools import cache
 
 import psutil
 
@@ -19,7 +20,7 @@ class Proc:
 def live_processes() -> dict[int, Proc]:
     """Every process on the machine that is not a zombie, by PID."""
     if sys.platform == "linux":
-        return proc_stats()
+        return _proc_stats()
     found: dict[int, Proc] = {}
     for proc in psutil.process_iter(["pid", "ppid", "create_time", "status", "name"]):
         info = proc.info
@@ -32,20 +33,24 @@ def live_processes() -> dict[int, Proc]:
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def proc_stats() -> dict[int, Proc]:
+@cache
+def _boot_time() -> float:
+    return float(psutil.boot_time())  # read once, as psutil's own start times do
+
+
+def _proc_stats() -> dict[int, Proc]:
     """`live_processes` from one read of ``/proc/<pid>/stat`` each: a third of what psutil
     reads for the same fields (a scan runs every few polls of every attempt)."""
-    boot = psutil.boot_time()
     found: dict[int, Proc] = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
-            proc = proc_stat(int(entry.name), boot)
+            proc = proc_stat(int(entry.name))
             if proc is not None:
                 found[proc.pid] = proc
     return found
 
 
-def proc_stat(pid: int, boot: float) -> Proc | None:
+def proc_stat(pid: int) -> Proc | None:
     """The process from its ``/proc/<pid>/stat``; None when it is gone or a zombie. Its start
     time is psutil's, from the same clock ticks and boot time."""
     try:
@@ -57,6 +62,6 @@ def proc_stat(pid: int, boot: float) -> Proc | None:
     fields = data[name_end + 2 :].split()
     if name_start < 0 or len(fields) < 20 or fields[0] == b"Z":
         return None
-    create_time = int(fields[19]) / _CLOCK_TICKS + boot
+    create_time = int(fields[19]) / _CLOCK_TICKS + _boot_time()
     name = data[name_start + 1 : name_end].decode(errors="replace")
     return Proc(pid, int(fields[1]), create_time, name)

@@ -32,8 +32,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
-import psutil
-
 from jobs.contract import env as rank_env
 from worker.cgroups import JobCgroup
 from worker.launch import LaunchPlan
@@ -116,9 +114,8 @@ class ProcessTree:
         if not announced:
             return False
         self._announced.update(announced)  # each once: one gone already is not looked for again
-        boot = psutil.boot_time()
         for pid in announced:
-            proc = None if pid in self.records or pid in self._own else proc_stat(pid, boot)
+            proc = None if pid in self.records or pid in self._own else proc_stat(pid)
             record = None if proc is None else self._record_of(proc)
             if record is not None:
                 self.records[pid] = record
@@ -203,10 +200,10 @@ class ProcessTree:
             return False
         self.descendants = len(pids) - 1
         new = False
-        boot = psutil.boot_time()
         for pid in pids - self.records.keys():
-            proc = proc_stat(pid, boot)
-            record = None if proc is None else self._record_of(proc)  # None: gone meanwhile
+            proc = proc_stat(pid)
+            # None: gone meanwhile, or still in a session of ours (recorded at a later poll).
+            record = None if proc is None else self._record_of(proc)
             if record is not None:
                 self.records[pid] = record
                 new = True

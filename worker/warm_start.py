@@ -86,7 +86,8 @@ class WarmProcess:
 
     @property
     def exit_fd(self) -> int | None:
-        """Readable once the server has more to say (the launcher's exit status)."""
+        """Readable once there is more to read: the ranks' PIDs (from the launcher), the
+        launcher's exit status (from the server)."""
         return None if self.returncode is not None else self.conn.fileno()
 
     def poll(self) -> int | None:

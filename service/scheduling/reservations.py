@@ -152,17 +152,18 @@ def unfinished_node_workers(
     worker's record lives on for seconds. The dispatcher gives it no work meanwhile; the rule
     for silent workers takes over after `since`."""
     ids = sorted({job_id for job_id, _ in retried})
-    if not ids:
-        return set()
     now_at = dict(retried)
-    rows = connection.execute(
-        select(_node.c.job_id, _node.c.attempt, _node.c.worker).where(
-            _node.c.job_id.in_(ids),
-            _node.c.finished_at.is_(None),
-            _node.c.last_heartbeat > since,
+    found: set[str] = set()
+    for start in range(0, len(ids), 500):  # one query per 500 jobs, as the queue's reads
+        rows = connection.execute(
+            select(_node.c.job_id, _node.c.attempt, _node.c.worker).where(
+                _node.c.job_id.in_(ids[start : start + 500]),
+                _node.c.finished_at.is_(None),
+                _node.c.last_heartbeat > since,
+            )
         )
-    )
-    return {worker for job_id, attempt, worker in rows if attempt < now_at[job_id]}
+        found.update(worker for job_id, attempt, worker in rows if attempt < now_at[job_id])
+    return found
 
 
 def without_lanes(pools: Sequence[WorkerCapacity], gone: Collection[str]) -> list[WorkerCapacity]:
