@@ -109,14 +109,16 @@ class ProcessTree:
 
     def _record_announced(self) -> bool:
         """Record the ranks a warm launcher said it forked, before a scan could miss the short
-        ones; whether there were any new."""
+        ones (only children of the launcher: the launcher runs as the job user); whether there
+        were any new."""
         announced = [p for p in getattr(self.popen, "announced", ()) if p not in self._announced]
         if not announced:
             return False
         self._announced.update(announced)  # each once: one gone already is not looked for again
         for pid in announced:
             proc = None if pid in self.records or pid in self._own else proc_stat(pid)
-            record = None if proc is None else self._record_of(proc)
+            ranks = proc is not None and proc.ppid == self.pid
+            record = self._record_of(proc) if ranks and proc is not None else None
             if record is not None:
                 self.records[pid] = record
         self._save()

@@ -105,15 +105,27 @@ class WarmProcess:
             ended = not chunk
         *lines, self.buffer = self.buffer.split(b"\n")
         for line in lines:
-            message = json.loads(line)
-            if "exit" in message:
-                self.returncode = int(message["exit"])
-            self.announced.extend(int(pid) for pid in message.get("ranks", ()))
+            message = _message(line)
+            if type(message.get("exit")) is int:
+                self.returncode = message["exit"]
+            ranks = message.get("ranks")  # the launcher's word: it runs as the job user
+            if isinstance(ranks, list):
+                self.announced.extend(p for p in ranks if type(p) is int and p > 1)
         if self.returncode is None and ended and not _exists(self.pid):
             self.returncode = -1  # the server went away without telling how it ended
         if self.returncode is not None:
             self.conn.close()
         return self.returncode
+
+
+def _message(line: bytes) -> dict[str, Any]:
+    """A line from the connection: the server's, or the launcher's (the job user's process, so
+    anything), which is ignored unless it is a JSON object."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return {}
+    return message if isinstance(message, dict) else {}
 
 
 def _exists(pid: int) -> bool:

@@ -3,14 +3,18 @@ before that, it is in the server's session. The sweep after it ends stops what i
 recorded sessions, and must not take the fork server, its parent, for one of the job's; nor
 may the record say the server's session is the job's."""
 
+import os
+import socket
 import subprocess
 import sys
 import textwrap
 import time
 
+import psutil
+
 from tests.support.procs import wait_until
 from worker.process_tree import ProcessTree, stop_job_processes
-from worker.warm_start import _exists
+from worker.warm_start import WarmProcess, _exists
 
 SERVER = textwrap.dedent(
     """
@@ -63,3 +67,53 @@ def test_a_poll_wait_ends_when_the_launcher_does() -> None:
     assert time.monotonic() - began < 30, "waited for the timeout, not for the launcher"
     assert tree.returncode() == 0
     tree.wait(0.01)  # ended: returns
+
+
+class AnnouncingLauncher:
+    """A launcher that says which ranks it forked, as a warm one does: here it also names a
+    process that is not its child, as a launcher running as a hostile job user could."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], announced: list[int]) -> None:
+        self.pid, self.popen, self.announced = popen.pid, popen, announced
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+
+def test_only_the_launchers_own_children_are_recorded_from_its_word() -> None:
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, time; subprocess.Popen(['sleep', '60']); "
+         "time.sleep(60)"],
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert wait_until(lambda: psutil.Process(launcher.pid).children(), timeout=10)
+        [rank] = psutil.Process(launcher.pid).children()
+        tree = ProcessTree(AnnouncingLauncher(launcher, []))
+        tree.popen.announced.extend([rank.pid, bystander.pid, os.getppid()])  # type: ignore[attr-defined]
+        tree.wait(0.01)
+        tree.poll()
+        assert rank.pid in tree.records
+        assert bystander.pid not in tree.records and os.getppid() not in tree.records
+        assert stop_job_processes(tree, grace_s=1.0) == []
+        assert bystander.poll() is None, "a process the launcher named but never forked"
+    finally:
+        for proc in (bystander, launcher):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_warm_launchers_malformed_lines_are_ignored() -> None:
+    server, supervisor = socket.socketpair()
+    try:
+        watched = WarmProcess(supervisor, os.getpid(), b"")
+        server.sendall(b'not json\n["a list"]\n{"ranks": ["12", -1, 1, true, 4321]}\n')
+        server.sendall(b'{"exit": "zero"}\n{"ranks": 7}\n')
+        assert watched.poll() is None
+        assert watched.announced == [4321]
+        server.sendall(b'{"exit": 3}\n')
+        assert watched.poll() == 3
+    finally:
+        server.close()
+        supervisor.close()
