@@ -163,14 +163,14 @@ def test_a_registered_executor_runs_the_queues_it_owns(recording: list[Recording
 
 
 def test_routing_sends_slurm_queues_to_slurm_and_the_rest_to_the_default(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     submitted: list[str] = []
     monkeypatch.setattr(commands, "sbatch", lambda script: submitted.append(script) or "1")
     cancelled: list[str] = []
     monkeypatch.setattr(commands, "scancel", cancelled.append)
     rq = Recording()
-    slurm = SlurmExecutor({"hpc": QUEUE}, data_dir=Path("/tmp/lb-unit"), grace_s=1)
+    slurm = SlurmExecutor({"hpc": QUEUE}, data_dir=tmp_path / "data", grace_s=1)
     routing = RoutingExecutor(rq, {"hpc": slurm})
 
     routing.submit(job("default"))
