@@ -162,10 +162,7 @@ def test_as_an_ordinary_user_who_is_told_what_isolation_it_gives_up(
     for left in (system_clone / ".launchbay", system_clone / "digits-best.pt"):
         shutil.rmtree(left) if left.is_dir() else left.unlink(missing_ok=True)
     os.chown(system_clone, ordinary_user.uid, ordinary_user.gid)
-    # TMPDIR in its home: what its worker keeps in the temporary directory (the fork servers'
-    # sockets) goes with the test, not into the host's /tmp under a uid soon removed.
-    home = str(ordinary_user.home)
-    env = demo_env(SYSTEM_PATH, HOME=home, USER=ordinary_user.name, TMPDIR=home)
+    env = demo_env(SYSTEM_PATH, HOME=str(ordinary_user.home), USER=ordinary_user.name)
     said = run_demo(system_clone, env, user=ordinary_user.uid)
     told = [line for line in said.splitlines() if "not root" in line]
     assert told == [
