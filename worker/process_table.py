@@ -50,9 +50,10 @@ def _proc_stats() -> dict[int, Proc]:
     return found
 
 
-def proc_stat(pid: int) -> Proc | None:
-    """The process from its ``/proc/<pid>/stat``; None when it is gone or a zombie. Its start
-    time is psutil's, from the same clock ticks and boot time."""
+def proc_stat(pid: int, *, zombie: bool = False) -> Proc | None:
+    """The process from its ``/proc/<pid>/stat``; None when it is gone, or a zombie unless
+    `zombie` says one will do. Its start time is psutil's, from the same clock ticks and boot
+    time."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             data = handle.read()
@@ -60,7 +61,7 @@ def proc_stat(pid: int) -> Proc | None:
         return None
     name_start, name_end = data.find(b"("), data.rfind(b")")
     fields = data[name_end + 2 :].split()
-    if name_start < 0 or len(fields) < 20 or fields[0] == b"Z":
+    if name_start < 0 or len(fields) < 20 or (fields[0] == b"Z" and not zombie):
         return None
     create_time = int(fields[19]) / _CLOCK_TICKS + _boot_time()
     name = data[name_start + 1 : name_end].decode(errors="replace")

@@ -105,24 +105,34 @@ class ProcessTree:
         return self.popen.pid
 
     def returncode(self) -> int | None:
-        return self.popen.poll()
+        """The launcher's exit status, None while it runs; what a warm launcher said meanwhile
+        is read with it, and the ranks it announced are recorded at once (it waits for that)."""
+        code = self.popen.poll()
+        self._record_announced()
+        return code
 
-    def _record_announced(self) -> bool:
+    def _record_announced(self) -> None:
         """Record the ranks a warm launcher said it forked, before a scan could miss the short
-        ones (only children of the launcher: the launcher runs as the job user); whether there
-        were any new."""
+        ones (only children of the launcher: the launcher runs as the job user)."""
         announced = [p for p in getattr(self.popen, "announced", ()) if p not in self._announced]
-        if not announced:
-            return False
         self._announced.update(announced)  # each once: one gone already is not looked for again
+        if announced and self.pid not in self.records:  # in its own session by now
+            launcher = proc_stat(self.pid)
+            record = None if launcher is None else self._record_of(launcher)
+            if record is not None:
+                self.records[self.pid] = record
         for pid in announced:
-            proc = None if pid in self.records or pid in self._own else proc_stat(pid)
+            # A rank that ended is still the launcher's child until it is told (`recorded`).
+            proc = None if pid in self.records or pid in self._own else proc_stat(pid, zombie=True)
             ranks = proc is not None and proc.ppid == self.pid
             record = self._record_of(proc) if ranks and proc is not None else None
             if record is not None:
                 self.records[pid] = record
-        self._save()
-        return True
+        if announced:
+            self._save()
+        recorded = getattr(self.popen, "recorded", None)
+        if recorded is not None:
+            recorded()  # the launcher may reap them now
 
     def _record_of(self, proc: Proc) -> ProcessRecord | None:
         """The record of `proc`; None while it is in a session or group of ours (a warm
@@ -139,6 +149,7 @@ class ProcessTree:
         """Sleep `timeout_s`, or less: until the launcher has ended (the fork server's word
         of a warm one, the pidfd of a child), so that its end is seen at once."""
         fd, opened = getattr(self.popen, "exit_fd", None), False
+        known = len(self._announced)
         if fd is None:
             try:
                 fd, opened = os.pidfd_open(self.pid), True
@@ -150,7 +161,7 @@ class ProcessTree:
         finally:
             if opened:
                 os.close(fd)
-        if ready and self.returncode() is None and not self._record_announced():
+        if ready and self.returncode() is None and len(self._announced) == known:
             time.sleep(timeout_s)  # ready without news: never spin on it
 
     def _is_ours(self, proc: Proc) -> bool:

@@ -49,6 +49,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 USAGE = (
@@ -221,17 +222,39 @@ def _set_program_path(directory: str) -> None:
         sys.path[0] = directory
 
 
+def load_private(name: str, path: Path, *, package: bool = False) -> ModuleType:
+    """Launchbay's module at `path`, loaded once per process under the private name
+    ``_launchbay_<name>``: a warm rank finds it loaded by its fork server, a cold one loads it
+    here, from the source, which the job user cannot cache."""
+    private = f"_launchbay_{name}"
+    if private in sys.modules:
+        return sys.modules[private]
+    locations = [str(path.parent)] if package else None
+    spec = importlib.util.spec_from_file_location(
+        private, path, submodule_search_locations=locations
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[private] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[private]
+        raise
+    return module
+
+
+def load_capture() -> ModuleType:
+    """Launchbay's capture package (`jobs/capture`), under the private name
+    ``_launchbay_capture``."""
+    return load_private("capture", CAPTURE_PACKAGE / "__init__.py", package=True)
+
+
 def note_groups(log_dir: Path, rank: str, *, children: bool) -> None:
     """Note the process group this rank joins (`rank_group.py`); with `children`, have the
     processes the program starts log and note theirs as ranks of their own (`rank_child.py`)."""
     try:
-        spec = importlib.util.spec_from_file_location(
-            "_launchbay_rank_child", Path(__file__).with_name("rank_child.py")
-        )
-        assert spec is not None and spec.loader is not None
-        rank_child = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = rank_child
-        spec.loader.exec_module(rank_child)
+        rank_child = load_private("rank_child", Path(__file__).with_name("rank_child.py"))
         rank_child.load_sibling("rank_group").watch(log_dir, None if children else rank)
         if children:
             rank_child.adopt_children(log_dir)
@@ -258,15 +281,7 @@ def start_capture() -> Any:
     if os.environ.get(CAPTURE_ENV) != "auto":
         return None
     try:
-        init = CAPTURE_PACKAGE / "__init__.py"
-        spec = importlib.util.spec_from_file_location(
-            "_launchbay_capture", init, submodule_search_locations=[str(CAPTURE_PACKAGE)]
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        return module.start(CAPTURE_PACKAGE.parents[1])
+        return load_capture().start(CAPTURE_PACKAGE.parents[1])
     except Exception as exc:
         print(f"[launchbay] capture: could not start ({exc})", file=sys.stderr)
         return None

@@ -17,7 +17,6 @@ closing: its supervisor died) stop the ranks: SIGTERM, then SIGKILL after `STOP_
 Loaded by path by the fork server (standard library only, like `rank_main.py`).
 """
 
-import contextlib
 import json
 import os
 import resource
@@ -36,6 +35,8 @@ LAUNCHER_PID_ENV = "LAUNCHBAY_LAUNCHER_PID"
 LOCALHOST = "127.0.0.1"
 STOP_GRACE_S = 30.0  # torchrun's own, before it SIGKILLs what its SIGTERM left
 POLL_S = 0.1  # torchrun's monitor interval
+# How long ranks that ended stay unreaped for the supervisor to record them (`Agent._announce`).
+RECORD_WAIT_S = 5.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 MAX_REQUEST_BYTES = 64 * 2**20
 
@@ -168,6 +169,8 @@ class Agent:
         self.ranks: dict[int, int] = {}  # pid -> local rank
         self.exits: dict[int, tuple[int, int, float]] = {}  # local rank -> (code, pid, time)
         self.stop_signal: int | None = None
+        # Announcements the supervisor has not answered yet, and until when ranks wait for it.
+        self.unrecorded, self.record_by = 0, 0.0
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         for number in (*STOP_SIGNALS, signal.SIGCHLD):
@@ -230,27 +233,36 @@ class Agent:
                 if self.stop_signal is not None:
                     return True
                 for key, _ in selector.select(POLL_S):
-                    if key.fileobj is self.conn and not self._conn_open():
+                    if key.fileobj is self.conn and not self._read_conn():
                         self.stop_signal = signal.SIGTERM  # the supervisor died: stop
+                        self.unrecorded = 0
                         selector.unregister(self.conn)
                     elif key.fileobj == self.wake_r:
                         os.read(self.wake_r, 4096)
 
     def _announce(self) -> None:
-        """Tell the supervisor the ranks' PIDs: it records them even if they end before its
-        next scan of the process table."""
+        """Tell the supervisor the ranks' PIDs. Ranks that end are left unreaped (zombies,
+        still the launcher's children, in their sessions) until it says it has recorded them,
+        or for RECORD_WAIT_S: so it records even a rank that ends at once, and the sessions
+        its sweep must stop, whatever its load."""
         try:
             self.conn.sendall(json.dumps({"ranks": sorted(self.ranks)}).encode() + b"\n")
         except OSError:
-            pass  # the supervisor went away: noticed as the ranks are watched
+            return  # the supervisor went away: noticed as the ranks are watched
+        self.unrecorded += 1
+        self.record_by = time.monotonic() + RECORD_WAIT_S
 
-    def _conn_open(self) -> bool:
+    def _read_conn(self) -> bool:
+        """Read the supervisor's answers (a line per announcement recorded); False once the
+        connection is closed."""
         try:
-            return bool(self.conn.recv(4096, socket.MSG_DONTWAIT))
+            said = self.conn.recv(4096, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return True
         except OSError:
             return False
+        self.unrecorded = max(0, self.unrecorded - said.count(b"\n"))
+        return bool(said)
 
     def _close_in_rank(self) -> None:
         signal.set_wakeup_fd(-1)
@@ -259,6 +271,8 @@ class Agent:
         self.conn.close()
 
     def _reap(self) -> None:
+        if self.unrecorded and time.monotonic() < self.record_by:
+            return  # the supervisor has yet to record the ranks (`_announce`)
         while self.ranks:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -330,7 +344,8 @@ def _signal(pid: int, number: int) -> None:
 
 def run_rank(env: dict[str, str], request: dict[str, Any], prepared: dict[str, Any]) -> None:
     """In a fresh fork of the launcher: become a rank as ``python -I -u rank_main.py ...``
-    would be one, then run `rank_main.main`, and leave as its interpreter would (`leave`)."""
+    would be one, then run `rank_main.main`, and leave as its interpreter would
+    (`rank_exit.leave`)."""
     os.setsid()
     for number in STOP_SIGNALS:
         signal.signal(number, signal.SIG_DFL)
@@ -352,35 +367,7 @@ def run_rank(env: dict[str, str], request: dict[str, Any], prepared: dict[str, A
         code: object = 0
     except SystemExit as exc:
         code = exc.code
-    leave(code)
-
-
-def leave(code: object) -> None:
-    """End as the interpreter's exit would, in what a program sees (threads joined, `atexit`
-    run, files left open closed, output flushed, status `code`), without tearing down the fork
-    server's modules: 0.4 s of CPU a rank for torch's (docs/training-scripts.md)."""
-    import atexit
-    import gc
-    import io
-    import threading
-
-    with contextlib.suppress(BaseException):
-        threading._shutdown()  # type: ignore[attr-defined]
-    atexit._run_exitfuncs()
-    opened = [o for o in gc.get_objects() if isinstance(o, io.IOBase)]
-    # Wrappers first, so what they hold reaches the file under them before that is closed.
-    opened.sort(key=lambda o: (isinstance(o, io.RawIOBase), not isinstance(o, io.TextIOBase)))
-    for handle in opened:
-        if handle not in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-            with contextlib.suppress(BaseException):
-                handle.close()
-    status = 0 if code is None else code & 0xFF if isinstance(code, int) else 1
-    if not isinstance(code, (int, type(None))):
-        print(code, file=sys.stderr)
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BaseException):
-            stream.flush()
-    os._exit(status)
+    prepared["helpers"]["rank_exit"].leave(code)
 
 
 def serve(conn: socket.socket, prepared: dict[str, Any]) -> int:

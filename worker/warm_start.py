@@ -82,13 +82,26 @@ class WarmProcess:
         self.conn, self.pid, self.buffer = conn, pid, buffered
         self.returncode: int | None = None
         self.announced: list[int] = []  # the ranks' PIDs, as the launcher forks them
+        self.unanswered = 0  # announcements read and not yet answered (`recorded`)
         self.conn.setblocking(False)
+        self.poll()  # the lines read with the PID
 
     @property
     def exit_fd(self) -> int | None:
         """Readable once there is more to read: the ranks' PIDs (from the launcher), the
         launcher's exit status (from the server)."""
         return None if self.returncode is not None else self.conn.fileno()
+
+    def recorded(self) -> None:
+        """Tell the launcher that the ranks it announced are recorded, a line per announcement:
+        it holds off reaping those that end until then (`warm_launcher.Agent._announce`)."""
+        if not self.unanswered or self.returncode is not None:
+            return
+        try:
+            self.conn.send(b"recorded\n" * self.unanswered)
+        except OSError:
+            pass  # gone: it reaps them after its wait
+        self.unanswered = 0
 
     def poll(self) -> int | None:
         if self.returncode is not None:
@@ -111,6 +124,7 @@ class WarmProcess:
             ranks = message.get("ranks")  # the launcher's word: it runs as the job user
             if isinstance(ranks, list):
                 self.announced.extend(p for p in ranks if type(p) is int and p > 1)
+                self.unanswered += 1
         if self.returncode is None and ended and not _exists(self.pid):
             self.returncode = -1  # the server went away without telling how it ended
         if self.returncode is not None:

@@ -8,8 +8,8 @@ accuracy and F1 are counted here instead of by `evaluate`.
 
 Not the example's: the first line of `main` moves into LAUNCHBAY_OUTPUT_DIR, because the job's
 working directory is not writable yet (remove it once it is), and, with KILL_RANK_AT_EPOCH set,
-rank 1 is killed outright (SIGKILL) as that epoch starts in the first attempt: the fault the
-test injects.
+rank 1 is killed outright (SIGKILL) as that epoch starts in the first attempt, once every rank
+is there (rank 0 done saving the epoch before): the fault the test injects.
 """
 
 import argparse
@@ -68,8 +68,10 @@ def training_function(config, args):
     for epoch in range(starting_epoch, num_epochs):
         kill_at = os.environ.get("KILL_RANK_AT_EPOCH")
         first = os.environ.get("LAUNCHBAY_ATTEMPT") == "1"
-        if kill_at and first and epoch == int(kill_at) and accelerator.process_index == 1:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if kill_at and first and epoch == int(kill_at):
+            accelerator.wait_for_everyone()  # rank 0 has saved (and capture copied) the last
+            if accelerator.process_index == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
         model.train()
         total_loss = 0
         for batch in train_dataloader:

@@ -7,6 +7,7 @@ import os
 import pwd
 import re
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from tests.integration.worker.conftest import WorkerEnv
 from worker.isolation import can_switch_users
+from worker.process_tree import ProcessTree
 
 pytestmark = pytest.mark.skipif(not can_switch_users(), reason="job users need a root worker")
 
@@ -141,6 +143,7 @@ def test_a_warm_rank_ends_as_its_interpreter_would(wenv: WorkerEnv) -> None:
         for rank in ranks:
             assert (out / f"unclosed-{rank}.txt").read_text() == f"rank {rank} sum 3\n"
             assert (out / f"atexit-{rank}.txt").read_text() == "ran"
+            assert (out / f"finalize-{rank}.txt").read_text() == "ran"
             assert (out / f"thread-{rank}.txt").read_text().startswith("written after")
     job = wenv.job(failed)
     assert (job.state, job.exit_reason) == ("failed", "user_error"), job.message
@@ -148,3 +151,27 @@ def test_a_warm_rank_ends_as_its_interpreter_would(wenv: WorkerEnv) -> None:
     # Both attempts were forked from one server: no attempt's supervisor stopped it.
     assert server_files(wenv)[0]["pid"] == info["pid"]
     os.kill(info["pid"], 0)
+
+
+def test_ranks_that_end_at_once_are_recorded_however_late_the_supervisor_reads(
+    wenv: WorkerEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm launcher announces its ranks; those that end before the supervisor has recorded
+    them stay unreaped (still its children, in their sessions) until it has, so a loaded
+    supervisor records them still, and its sweep knows their sessions."""
+    record = ProcessTree._record_announced
+
+    def late(tree: ProcessTree) -> None:
+        if any(p not in tree._announced for p in getattr(tree.popen, "announced", ())):
+            time.sleep(1.0)  # the ranks below end within it
+        record(tree)
+
+    monkeypatch.setattr(ProcessTree, "_record_announced", late)
+    job_id = wenv.submit("single.py", nproc_per_node=2)
+    result = wenv.run(job_id)
+
+    job = wenv.job(job_id)
+    assert (job.state, job.launch_path) == ("succeeded", "warm"), job.message
+    # The launcher and its two ranks, each in a session of its own.
+    assert len(result.processes) == 3, result.processes
+    assert all(process.sid == process.pid for process in result.processes)

@@ -26,6 +26,7 @@ STANDALONE = [
     ROOT / "worker" / "scratch.py",
     ROOT / "worker" / "warm_server.py",
     ROOT / "worker" / "warm_launcher.py",
+    ROOT / "worker" / "rank_exit.py",
     ROOT / "worker" / "process_block.py",
     *sorted((ROOT / "jobs" / "capture").glob("*.py")),
 ]
