@@ -105,11 +105,15 @@ def pool_directory(lease_dir: Path, watch_pid: int) -> Path:
     """The worker's own directory for its servers' sockets (0700, the worker's; refused when
     someone else made it)."""
     for base in (lease_dir.parent / "warm", Path(tempfile.gettempdir()) / f"lb-warm-{os.getuid()}"):
-        try:
-            base.mkdir(parents=True, exist_ok=True, mode=0o700)
-            directory = base / str(watch_pid)
-            directory.mkdir(exist_ok=True, mode=0o700)
-        except OSError:
+        directory = base / str(watch_pid)
+        for _ in range(2):  # again if another worker's `close` removed `base` in between
+            try:
+                base.mkdir(parents=True, exist_ok=True, mode=0o700)
+                directory.mkdir(exist_ok=True, mode=0o700)
+                break
+            except OSError:
+                continue
+        if not directory.is_dir():
             continue
         info = os.lstat(directory)
         base_info = os.lstat(base)
@@ -248,6 +252,8 @@ class WarmPool:
                 path.unlink()
         with suppress(OSError):
             self.directory.rmdir()
+        with suppress(OSError):  # the workers' common directory, left by the last of them
+            self.directory.parent.rmdir()
 
 
 def _exit_code(pid: int) -> int | None:
