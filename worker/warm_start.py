@@ -74,6 +74,12 @@ def warm_request(
     }
 
 
+# What a launcher's word may add to the supervisor's work: the rank PIDs it may announce (each
+# is looked up once), and the answers it gets at a time.
+MAX_ANNOUNCED = 4096
+MAX_ANSWERS = 64
+
+
 class WarmProcess:
     """A warm launcher, as `subprocess.Popen` offers torchrun to `ProcessTree`: its PID and,
     once the server has reaped it, its exit status."""
@@ -97,8 +103,8 @@ class WarmProcess:
         it holds off reaping those that end until then (`warm_launcher.Agent._announce`)."""
         if not self.unanswered or self.returncode is not None:
             return
-        try:
-            self.conn.send(b"recorded\n" * self.unanswered)
+        try:  # one announcement a round from a launcher of ours: a flood gets a few lines
+            self.conn.send(b"recorded\n" * min(self.unanswered, MAX_ANSWERS))
         except OSError:
             pass  # gone: it reaps them after its wait
         self.unanswered = 0
@@ -122,8 +128,9 @@ class WarmProcess:
             if type(message.get("exit")) is int:
                 self.returncode = message["exit"]
             ranks = message.get("ranks")  # the launcher's word: it runs as the job user
-            if isinstance(ranks, list):
-                self.announced.extend(p for p in ranks if type(p) is int and p > 1)
+            if isinstance(ranks, list) and len(self.announced) < MAX_ANNOUNCED:
+                pids = [p for p in ranks if type(p) is int and p > 1]
+                self.announced.extend(pids[: MAX_ANNOUNCED - len(self.announced)])
                 self.unanswered += 1
         if self.returncode is None and ended and not _exists(self.pid):
             self.returncode = -1  # the server went away without telling how it ended

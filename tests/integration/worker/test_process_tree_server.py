@@ -8,13 +8,14 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import psutil
 
 from tests.support.procs import wait_until
 from worker.process_tree import ProcessTree, stop_job_processes
-from worker.warm_start import WarmProcess, _exists
+from worker.warm_start import MAX_ANNOUNCED, MAX_ANSWERS, WarmProcess, _exists
 
 SERVER = textwrap.dedent(
     """
@@ -114,6 +115,29 @@ def test_a_warm_launchers_malformed_lines_are_ignored() -> None:
         assert watched.announced == [4321]
         server.sendall(b'{"exit": 3}\n')
         assert watched.poll() == 3
+    finally:
+        server.close()
+        supervisor.close()
+
+
+def test_a_flood_of_announcements_adds_bounded_work() -> None:
+    """A launcher runs as the job user: however much it announces, the supervisor looks up a
+    bounded number of PIDs and answers with a bounded number of lines."""
+    server, supervisor = socket.socketpair()
+    try:
+        watched = WarmProcess(supervisor, os.getpid(), b"")
+        flood = b"".join(b'{"ranks": [%d, %d]}\n' % (n, n + 1) for n in range(2, 20_000, 2))
+        sender = threading.Thread(target=server.sendall, args=(flood,))
+        sender.start()
+        while sender.is_alive():
+            watched.poll()
+        sender.join()
+        watched.poll()
+        assert len(watched.announced) == MAX_ANNOUNCED
+        watched.recorded()
+        server.setblocking(False)
+        assert server.recv(1 << 20) == b"recorded\n" * MAX_ANSWERS
+        assert watched.unanswered == 0
     finally:
         server.close()
         supervisor.close()
