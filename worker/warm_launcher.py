@@ -292,6 +292,8 @@ class Agent:
             _signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         while self.ranks and time.monotonic() < deadline:
+            if not self._read_conn():  # the supervisor's answer, or its end
+                self.unrecorded = 0
             self._reap()
             time.sleep(0.05)
         for pid in self.ranks:
