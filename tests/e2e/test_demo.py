@@ -7,26 +7,32 @@ Not a cold install each time: `scripts/setup.sh` installs with uv from its downl
 (the CI keeps it, `UV_CACHE_DIR`, as `.ci/run` says), hard-linked, and the ordinary user's run
 reuses the venv of the system Python's clone, as a second run of the demo would."""
 
+import contextlib
 import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.support.homes import ROOT, home_with_python, remove_tree
 from tests.support.isolation import PREFIX_ENV, HostSnapshot, reachable_by_job_users
-from tests.support.procs import free_port
+from tests.support.procs import free_port, wait_until
 from worker.isolation import can_switch_users
 
 pytestmark = pytest.mark.skipif(not can_switch_users(), reason="the set-ups run as root first")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SYSTEM_PYTHON = Path("/usr/bin/python3.11")
 UV_CACHE = os.environ.get("UV_CACHE_DIR") or str(Path.home() / ".cache" / "launchbay-uv")
+# Under the test's own timeout (pytest-timeout's 300 s), so that a demo that hangs is stopped
+# by its own cleanup and says where it was.
+DEMO_TIMEOUT_S = 200
 
 
 def clone(target: Path) -> Path:
@@ -55,7 +61,9 @@ def demo_env(path: str, **more: str) -> dict[str, str]:
 
 
 def run_demo(clone_dir: Path, env: dict[str, str], user: int | None = None) -> str:
-    done = subprocess.run(
+    """What `scripts/demo.sh` said; one that runs past DEMO_TIMEOUT_S is stopped as Ctrl-C
+    would stop it (its own cleanup stops what it started), and fails with what it said."""
+    demo = subprocess.Popen(
         ["scripts/demo.sh"],
         cwd=clone_dir,
         env=env,
@@ -65,10 +73,23 @@ def run_demo(clone_dir: Path, env: dict[str, str], user: int | None = None) -> s
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        timeout=420,
+        start_new_session=True,
     )
-    said = done.stdout
-    assert done.returncode == 0, said[-6000:]
+    try:
+        said, _ = demo.communicate(timeout=DEMO_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(demo.pid, signal.SIGINT)
+        try:
+            said, _ = demo.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(demo.pid, signal.SIGKILL)
+            said, _ = demo.communicate()
+        logs = "".join(
+            f"\n--- {log.name}\n{log.read_text(errors='replace')[-4000:]}"
+            for log in sorted((clone_dir / ".launchbay" / "demo").glob("*.log"))
+        )
+        pytest.fail(f"the demo ran past {DEMO_TIMEOUT_S} s; it said:\n{said[-4000:]}{logs}")
+    assert demo.returncode == 0, said[-6000:]
     assert "succeeded (completed)" in said, said[-3000:]
     assert "saved digits-best.pt (sha256 verified)" in said
     assert (clone_dir / "digits-best.pt").is_file()
@@ -144,13 +165,32 @@ def ordinary_user(tmp_path: Path) -> Iterator[User]:
     notice it left), with a home of its own; removed afterwards."""
     name = f"{os.environ[PREFIX_ENV]}demo"
     subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True)
+    entry = pwd.getpwnam(name)
     try:
-        entry = pwd.getpwnam(name)
         home = reachable_by_job_users(tmp_path / "home")
         os.chown(home, entry.pw_uid, entry.pw_gid)
         yield User(name, entry.pw_uid, entry.pw_gid, home)
     finally:
+        left = users_processes(entry.pw_uid)
+        said = [f"{p.info['pid']} {p.info['name']}: {p.info['cmdline']}" for p in left]
+        for process in left:  # what a failed run left (its Redis, say): userdel refuses
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        # Its processes that ended are zombies until PID 1 reaps them; userdel counts them.
+        wait_until(lambda: not users_processes(entry.pw_uid, zombies=True), timeout=60)
         subprocess.run(["userdel", name], check=True)
+        assert not left, f"the demo left processes of {name}: {said}"
+
+
+def users_processes(uid: int, *, zombies: bool = False) -> list[psutil.Process]:
+    """The processes of `uid`, those that ended and wait to be reaped only with `zombies`."""
+    return [
+        p
+        for p in psutil.process_iter(["pid", "uids", "status", "name", "cmdline"])
+        if p.info["uids"] is not None
+        and p.info["uids"].real == uid
+        and (zombies or p.info["status"] != psutil.STATUS_ZOMBIE)
+    ]
 
 
 def test_as_an_ordinary_user_who_is_told_what_isolation_it_gives_up(
