@@ -106,14 +106,7 @@ def pool_directory(lease_dir: Path, watch_pid: int) -> Path:
     someone else made it)."""
     for base in (lease_dir.parent / "warm", Path(tempfile.gettempdir()) / f"lb-warm-{os.getuid()}"):
         directory = base / str(watch_pid)
-        for _ in range(2):  # again if another worker's `close` removed `base` in between
-            try:
-                base.mkdir(parents=True, exist_ok=True, mode=0o700)
-                directory.mkdir(exist_ok=True, mode=0o700)
-                break
-            except OSError:
-                continue
-        if not directory.is_dir():
+        if not _made(base, directory):
             continue
         info = os.lstat(directory)
         base_info = os.lstat(base)
@@ -121,6 +114,22 @@ def pool_directory(lease_dir: Path, watch_pid: int) -> Path:
             continue
         return directory
     raise WarmUnavailable("no private directory for the fork servers' sockets")
+
+
+def _made(base: Path, directory: Path) -> bool:
+    """Whether `directory` in `base` (both 0700) is there now, made as needed: tried again when
+    another worker's `WarmPool.close` removed `base` in between; False when it cannot be made
+    (someone else's `base`, say)."""
+    for _ in range(2):
+        try:
+            base.mkdir(parents=True, exist_ok=True, mode=0o700)
+            directory.mkdir(exist_ok=True, mode=0o700)
+            return True
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return False
+    return False
 
 
 class WarmPool:
