@@ -7,11 +7,13 @@ import io
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from bench.common import MARKER
 from devstack.stack import Stack
@@ -58,12 +60,20 @@ def wait_for_workers(http: httpx.Client, count: int, timeout: float = 120) -> No
         time.sleep(0.2)
 
 
+@dataclass(frozen=True)
+class Throughput:
+    per_s: float  # jobs reaching `running` per second
+    # CPU seconds a job, by process: "api", "workers" (with their horses, reaped), "fork
+    # servers" (with their launchers and ranks, reaped) and "machine" (all of it).
+    cpu_per_job: dict[str, float]
+
+
 def real_throughput(
     root: Path, redis_url: str, workers: int = 4, jobs: int = 40, *, warm: bool = False
-) -> float:
+) -> Throughput:
     """Jobs reaching `running` per second, `jobs` no-op jobs posted at once onto `workers`
     one-slot workers: a `python` launcher (cold), or with `warm`, the default launcher on
-    workers whose fork servers are up (two jobs each first)."""
+    workers whose fork servers are up (two jobs each first); and the CPU each took a job."""
     with stack_of(root, redis_url, workers) as stack, stack.client() as http:
         wait_for_workers(http, workers)
         spec = noop_spec(http)
@@ -73,6 +83,7 @@ def real_throughput(
             for job_id in first:
                 stack.wait_for_state(http, job_id, {"succeeded"}, timeout=600)
         ids = []
+        before = cpu_by_role(stack)
         began = time.time()
         for _ in range(jobs):
             response = http.post("/v1/jobs", json=spec)
@@ -80,8 +91,38 @@ def real_throughput(
             ids.append(response.json()["id"])
         for job_id in ids:
             stack.wait_for_state(http, job_id, {"succeeded"}, timeout=600)
+        after = cpu_by_role(stack)
         running = [running_at(http, job_id) for job_id in ids]
-    return jobs / (max(running) - began)
+    used = {role: (after[role] - before.get(role, 0.0)) / jobs for role in after}
+    return Throughput(jobs / (max(running) - began), used)
+
+
+def cpu_by_role(stack: Stack) -> dict[str, float]:
+    """CPU seconds so far (user and system, reaped children included) of the stack's API, its
+    workers and their fork servers, and of the whole machine."""
+
+    def spent(process: psutil.Process) -> float:
+        try:
+            t = process.cpu_times()
+        except psutil.Error:
+            return 0.0
+        return t.user + t.system + t.children_user + t.children_system
+
+    assert stack.api is not None
+    workers = [psutil.Process(w.pid) for w in stack.workers if w.poll() is None]
+    servers = [
+        child
+        for worker in workers
+        for child in worker.children()
+        if any("warm_server.py" in part for part in child.cmdline())
+    ]
+    machine = psutil.cpu_times()
+    return {
+        "api": spent(psutil.Process(stack.api.pid)),
+        "workers": sum(spent(w) for w in workers),
+        "fork servers": sum(spent(s) for s in servers),
+        "machine": sum(machine) - machine.idle - machine.iowait,
+    }
 
 
 def running_at(http: httpx.Client, job_id: str) -> float:
