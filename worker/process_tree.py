@@ -116,23 +116,28 @@ class ProcessTree:
         ones (only children of the launcher: the launcher runs as the job user)."""
         announced = [p for p in getattr(self.popen, "announced", ()) if p not in self._announced]
         self._announced.update(announced)  # each once: one gone already is not looked for again
+        # A rank that ended is still the launcher's child until it is told (`recorded`).
+        found = [
+            proc_stat(pid, zombie=True)
+            for pid in announced
+            if pid not in self.records and pid not in self._own
+        ]
+        ranks = [proc for proc in found if proc is not None and proc.ppid == self.pid]
         if announced and self.pid not in self.records:  # in its own session by now
             launcher = proc_stat(self.pid)
-            record = None if launcher is None else self._record_of(launcher)
-            if record is not None:
-                self.records[self.pid] = record
-        for pid in announced:
-            # A rank that ended is still the launcher's child until it is told (`recorded`).
-            proc = None if pid in self.records or pid in self._own else proc_stat(pid, zombie=True)
-            ranks = proc is not None and proc.ppid == self.pid
-            record = self._record_of(proc) if ranks and proc is not None else None
-            if record is not None:
-                self.records[pid] = record
+            ranks += [] if launcher is None else [launcher]
+        self._record(ranks)
         if announced:
             self._save()
         recorded = getattr(self.popen, "recorded", None)
         if recorded is not None:
             recorded()  # the launcher may reap them now
+
+    def _record(self, procs: list[Proc]) -> None:
+        for proc in procs:
+            record = self._record_of(proc)
+            if record is not None:
+                self.records[proc.pid] = record
 
     def _record_of(self, proc: Proc) -> ProcessRecord | None:
         """The record of `proc`; None while it is in a session or group of ours (a warm
@@ -195,10 +200,7 @@ class ProcessTree:
                 stack.append((child, from_launcher))
         self.descendants = under_launcher
         new = [procs[pid] for pid in seen if pid not in self.records and pid not in self._own]
-        for proc in new:
-            record = self._record_of(proc)
-            if record is not None:
-                self.records[proc.pid] = record
+        self._record(new)
         if new:
             self._save()
 

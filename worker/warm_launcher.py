@@ -235,7 +235,6 @@ class Agent:
                 for key, _ in selector.select(POLL_S):
                     if key.fileobj is self.conn and not self._read_conn():
                         self.stop_signal = signal.SIGTERM  # the supervisor died: stop
-                        self.unrecorded = 0
                         selector.unregister(self.conn)
                     elif key.fileobj == self.wake_r:
                         os.read(self.wake_r, 4096)
@@ -254,14 +253,14 @@ class Agent:
 
     def _read_conn(self) -> bool:
         """Read the supervisor's answers (a line per announcement recorded); False once the
-        connection is closed."""
+        connection is closed (then no answer will come)."""
         try:
             said = self.conn.recv(4096, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return True
         except OSError:
-            return False
-        self.unrecorded = max(0, self.unrecorded - said.count(b"\n"))
+            said = b""
+        self.unrecorded = max(0, self.unrecorded - said.count(b"\n")) if said else 0
         return bool(said)
 
     def _close_in_rank(self) -> None:
@@ -292,8 +291,7 @@ class Agent:
             _signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         while self.ranks and time.monotonic() < deadline:
-            if not self._read_conn():  # the supervisor's answer, or its end
-                self.unrecorded = 0
+            self._read_conn()  # the supervisor's answer, or its end
             self._reap()
             time.sleep(0.05)
         for pid in self.ranks:
