@@ -80,6 +80,7 @@ from service.records.nodes import (
     finish_node,
     join_node,
     list_nodes,
+    lose_unjoined_node,
     mark_node_running,
 )
 from service.records.outputs import (
@@ -140,6 +141,7 @@ __all__ = [
     "find_lost_nodes",
     "find_queued_jobs",
     "finish_node",
+    "lose_unjoined_node",
     "join_node",
     "last_sign_of_life",
     "list_checkpoints",

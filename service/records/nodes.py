@@ -208,6 +208,49 @@ def finish_node(
     return end
 
 
+def lose_unjoined_node(
+    session: Session, job_id: str, attempt: int, node: int, *, worker: str, message: str
+) -> AttemptEnd:
+    """Node `node` of a started attempt was admitted onto `worker`, which went away before it
+    joined (committed): the node fails as `worker_lost`, which ends the attempt (retried
+    while `max_retries` allow) as `finish_node` does; the nodes that joined see it over and
+    stop, instead of waiting for it until the rendezvous times out. Nothing changes once the
+    node has joined (the reaper follows its heartbeat then), or when the attempt is no longer
+    the job's active one, or is cancelling (it ends when the nodes that joined finish)."""
+    job = lock_job(session, job_id)
+    if (
+        job is None
+        or job.attempt != attempt
+        or job.state not in (JobState.STARTING, JobState.RUNNING)
+        or not 0 <= node < job.job_spec().nnodes
+        or job.job_spec().nnodes < 2
+        or session.get(JobNode, (job_id, attempt, node)) is not None
+    ):
+        session.rollback()
+        return AttemptEnd()
+    now = utcnow()
+    row = JobNode(
+        job_id=job_id,
+        attempt=attempt,
+        node=node,
+        worker=worker,
+        host=worker.rpartition(":")[0] or worker,  # a worker's name is host:pid
+        state=NodeState.FAILED,
+        joined_at=now,
+        last_heartbeat=now,
+        finished_at=now,
+        exit_reason=ExitReason.WORKER_LOST,
+        message=message,
+    )
+    session.add(row)
+    session.flush()
+    end = _end_of_attempt(session, job, row, NodeState.FAILED, ExitReason.WORKER_LOST)
+    session.commit()
+    if end.retried is not None:
+        session.refresh(end.retried)
+    return end
+
+
 def _end_of_attempt(
     session: Session, job: Job, row: JobNode, state: NodeState, exit_reason: ExitReason | None
 ) -> AttemptEnd:

@@ -77,6 +77,9 @@ class Snapshot:
     waiting: list[WaitingRow]
     usage: dict[str, OwnerUsage]
     policies: Policies
+    # The nodes of started attempts whose worker went away before they joined
+    # (`reservations.unjoined_lost_nodes`): not the planner's, the dispatcher ends them.
+    unjoined: list[ActiveReservation] = field(default_factory=list)
 
 
 def plan_pass(

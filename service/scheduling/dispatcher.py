@@ -12,10 +12,11 @@ submission, the end of any attempt: `service.executors.dispatch.wake_dispatcher`
    (planning again without a job that admission refused, so that its workers go to the jobs
    behind it: `dispatch_pass.admit_in_rounds`), ask preempted jobs to stop;
 4. after the commit, hand every admitted node to its worker, all in one Redis round trip
-   (`service.executors.dispatch.hand_over_all`), then show each waiting job's position and
-   reason where it changed: at once when few changed or nothing was admitted, else at most
-   once per `dispatch_interval_s` (while jobs stream out of a long queue, every pass would
-   otherwise write every waiting row again: `SHOW_AT_ONCE`).
+   (`service.executors.dispatch.hand_over_all`); end the started multi-node attempts whose
+   node's worker went away before joining (`unjoined_nodes`); show each waiting job's
+   position and reason where it changed: at once when few changed or nothing was admitted,
+   else at most once per `dispatch_interval_s` (while jobs stream out of a long queue, every
+   pass would otherwise write every waiting row again: `SHOW_AT_ONCE`).
 
 What changes slowly is read again at most once per `dispatch_interval_s`: the owners' recent
 usage and the policies; the live workers too, unless the pass was woken (a worker that came
@@ -75,6 +76,7 @@ from service.scheduling.reservations import (
     unfinished_node_workers,
     without_lanes,
 )
+from service.scheduling.unjoined_nodes import UnjoinedNodes, unjoined_lost_nodes
 from service.scheduling.usage import HeldSpan, decayed_seconds, period_seconds, usage_since
 from service.scheduling.waiting import Shown, load_queue, waiting_changes
 from service.settings import Settings
@@ -98,6 +100,7 @@ class Dispatcher:
     elsewhere: frozenset[str] = field(default_factory=routed_queues)
     lease: Lease | None = None
     renewed_at: float = 0.0
+    unjoined: UnjoinedNodes = field(default_factory=UnjoinedNodes)
     # Each queued job as the planner sees it, read once (`waiting.load_queue`).
     known_jobs: dict[str, QueuedJob] = field(default_factory=dict)
     # What each waiting job shows, as this dispatcher last wrote it; None: read it (after a
@@ -156,6 +159,7 @@ class Dispatcher:
         # Handed over before the positions are written: the launch waits for nothing else.
         report.admitted = [job.id for job, _, _ in admitted]
         self._hand_over(admitted)
+        self.unjoined.end_lost(self.engine, self.redis, self.settings, seen.unjoined)
         report.shown = self._show(seen, plan, admitted=report.admitted)
         report.released, report.waiting = len(seen.stale), len(plan.waiting)
         return report
@@ -190,10 +194,11 @@ class Dispatcher:
         workers = self._capacity()
         with self.engine.connect() as connection:
             reservations = active_reservations(connection)
-            reserved_jobs = load_reserved_jobs(connection, reservations)
+            jobs = load_reserved_jobs(connection, reservations)
             lanes = live_lanes(workers)
-            stale = stale_reservations(reservations, reserved_jobs, lanes)
-            lost = lost_admissions(stale, reserved_jobs, lanes)
+            stale = stale_reservations(reservations, jobs, lanes)
+            lost = lost_admissions(stale, jobs, lanes)
+            unjoined = unjoined_lost_nodes(connection, reservations, jobs, lanes)
             stale_keys = {(r.job_id, r.attempt, r.node) for r in stale}
             held = [r for r in reservations if (r.job_id, r.attempt, r.node) not in stale_keys]
             waiting = load_queue(
@@ -225,13 +230,13 @@ class Dispatcher:
                 policies = load_policies(connection)
                 history = self.history = (time.monotonic(), usage, policies, now)
             else:
-                self._add_ended(history[1], history[3], stale, reserved_jobs, now)
+                self._add_ended(history[1], history[3], stale, jobs, now)
         _, past, policies, _ = history
         # Recent usage and policies as read at most a pass interval ago; held devices now.
         usage = {owner: OwnerUsage(0, u.decayed_s, u.period_s) for owner, u in past.items()}
         for r in held:
             usage.setdefault(r.owner, OwnerUsage()).held_devices += len(r.devices)
-        return Snapshot(workers, reserved_jobs, stale, lost, held, waiting, usage, policies)
+        return Snapshot(workers, jobs, stale, lost, held, waiting, usage, policies, unjoined)
 
     def _add_ended(
         self,

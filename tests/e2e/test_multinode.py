@@ -8,6 +8,7 @@ and ends, from two worker processes, meet its row locks (on SQLite, 2-node jobs 
 tests/e2e/test_scheduling.py and test_dashboard.py).
 """
 
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -244,3 +245,42 @@ def test_a_frozen_node_is_reaped_and_cancel_stops_every_node(
         f"\nmulti-node: a frozen node reaped after {reaped_s:.1f} s, every process of its "
         f"attempt gone after {stopped_s:.1f} s; cancel stopped both nodes"
     )
+
+
+def test_a_node_whose_worker_froze_before_joining_ends_the_attempt_at_once(
+    stack: Stack, http: httpx.Client
+) -> None:
+    """A 2-node job admitted onto a worker that froze (SIGSTOP) before it took its node: the
+    other node joins and waits in the rendezvous (600 s here, the default). The dispatcher ends
+    the attempt as `worker_lost` once the frozen worker has been gone for half of
+    LOST_AFTER_S, the node that joined stops, and the retry runs once the worker is back (its
+    task of attempt 1, taken then, runs nothing)."""
+
+    def serving_multi() -> int:
+        return sum("multi" in w["queues"] for w in http.get("/v1/workers").json()["items"])
+
+    assert wait_until(lambda: serving_multi() == 2, timeout=60)
+    frozen = [w for w in stack.workers if w.poll() is None][-1]
+    os.kill(frozen.pid, signal.SIGSTOP)
+    thawed = False
+    try:
+        job_id = submit(http, two_nodes("node-never-joined", max_retries=1))
+        frozen_at = time.monotonic()
+        stack.wait_for_state(http, job_id, {"starting"}, timeout=30)  # one node joined
+        assert wait_until(lambda: http.get(f"/v1/jobs/{job_id}").json()["attempt"] == 2, 40)
+        ended_s = time.monotonic() - frozen_at
+        assert wait_until(lambda: not attempt_processes(job_id, 1), timeout=30)
+        job = http.get(f"/v1/jobs/{job_id}").json()
+        assert "ended with worker_lost" in job["message"], job
+        assert "went away before the node joined" in job["message"], job
+        os.kill(frozen.pid, signal.SIGCONT)
+        thawed = True
+        job = stack.wait_for_state(http, job_id, {"succeeded"}, timeout=120)
+    finally:
+        if not thawed:
+            os.kill(frozen.pid, signal.SIGCONT)
+    assert job["attempt"] == 2, job
+    states = {n["state"] for n in nodes_of(http, job_id, 1)}
+    assert states == {"failed", "stopped"}, nodes_of(http, job_id, 1)
+    assert wait_until(lambda: not job_processes(job_id), timeout=10)
+    print(f"\nmulti-node: a node never joined; its attempt ended {ended_s:.1f} s after the freeze")

@@ -8,6 +8,7 @@ Workers are their records in Redis (what real workers write; `devstack.workers`)
 database (SQLite and PostgreSQL) and a real Redis; the dispatcher's passes are the test's.
 tests/integration/worker/test_dispatch_worker_lost.py freezes and kills a real worker."""
 
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -199,3 +200,75 @@ def test_a_worker_that_takes_its_job_as_the_pass_finds_it_gone_keeps_it(
         assert admission.release(connection, stale, jobs, lost, utcnow()) == {}
     assert held(dispatcher) == {job_id: (1, "late")}
     assert (job_of(dispatcher, job_id).state, job_of(dispatcher, job_id).attempt) == ("starting", 1)
+
+
+def test_a_node_whose_worker_went_away_before_joining_ends_its_started_attempt(
+    dispatcher: Dispatcher,
+) -> None:
+    """A 2-node job is admitted onto workers a and b; a's node joins (the job starts and that
+    node waits for the other in the rendezvous), b goes away before its node joins. Once b has
+    been gone for half of `reaper_lost_after_s`, the attempt ends as `worker_lost` and its
+    retry is admitted, instead of a's node holding its devices until the rendezvous times
+    out (600 s by default). A worker back within that time (its record lost with Redis) ends
+    nothing, and a single-node job started on a worker gone is left to the reaper."""
+    redis = dispatcher.redis
+    dispatcher.settings = dispatcher.settings.model_copy(update={"reaper_lost_after_s": 0.6})
+    grace_s = 0.3
+    register_worker(redis, "a")
+    register_worker(redis, "b")
+    gang = create(dispatcher, nnodes=2, launcher="torchrun", max_retries=1)
+    assert dispatch(dispatcher, 1) == [gang]
+    register_worker(redis, "c")
+    single = create(dispatcher)
+    assert dispatch(dispatcher, 1) == [single]
+    table = JobReservation.__table__  # type: ignore[attr-defined]
+    with dispatcher.engine.connect() as connection:
+        rows = connection.execute(select(table).where(table.c.job_id == gang))
+        node_on = {r.worker: r.node for r in rows}
+    with Session(dispatcher.engine) as session:
+        seat = records.join_node(
+            session, gang, 1, node_on["a"], worker="a", host="ha", endpoint="ha:29500"
+        )
+        assert seat is not None and seat.is_host
+        assert records.take_job(session, single, 1, worker="c") is not None
+
+    def gone(*names: str) -> None:
+        redis.delete(*(worker_key(n) for n in names))
+
+    # b's record lost with Redis, written again at its next heartbeat: nothing ends.
+    gone("b", "c")
+    dispatch(dispatcher, 1)
+    register_worker(redis, "b")
+    time.sleep(grace_s + 0.1)
+    dispatch(dispatcher, 1)
+    assert (job_of(dispatcher, gang).state, job_of(dispatcher, gang).attempt) == ("starting", 1)
+
+    # b gone for good: seen gone first, then, the grace over, the attempt ends.
+    gone("b")
+    dispatch(dispatcher, 1)
+    assert (job_of(dispatcher, gang).state, job_of(dispatcher, gang).attempt) == ("starting", 1)
+    time.sleep(grace_s + 0.1)
+    register_worker(redis, "d")
+    assert dispatch(dispatcher, 2) == [gang]
+    job = job_of(dispatcher, gang)
+    assert (job.state, job.attempt) == ("queued", 2)
+    with Session(dispatcher.engine) as session:
+        nodes = {n.node: n for n in records.list_nodes(session, gang) if n.attempt == 1}
+    lost = nodes[node_on["b"]]
+    assert (lost.worker, lost.state, lost.exit_reason) == ("b", "failed", "worker_lost")
+    assert lost.message == "worker b went away before the node joined"
+    assert job.message == (
+        f"retry 1 of 1: attempt 1 ended with worker_lost: node {node_on['b']} (worker b): "
+        "worker b went away before the node joined"
+    )
+    # The retry runs on a (its node of attempt 1 stops, seeing the attempt over) and d.
+    with dispatcher.engine.connect() as connection:
+        rows = connection.execute(
+            select(table).where(table.c.job_id == gang, table.c.released_at.is_(None))
+        )
+        assert {(r.attempt, r.worker) for r in rows} == {(2, "a"), (2, "d")}
+    # The single-node job on c, gone too, is the reaper's (its heartbeat), not ended here.
+    assert (job_of(dispatcher, single).state, job_of(dispatcher, single).attempt) == (
+        "starting",
+        1,
+    )
