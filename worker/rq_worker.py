@@ -141,7 +141,6 @@ class LaunchbayWorker(Worker):
 
     def execute_job(self, job: RQJob, queue: Queue) -> None:
         self.current = current_job(job.args) if job.func_name == RUN_JOB_TASK else None
-        self.save_record()
         if self.current is not None:
             # Taken here, warm, for the horse forked next (`worker.tasks.claim`).
             tasks.claim(self.current.id, self.current.attempt, self.current.node, self.name)
@@ -161,6 +160,7 @@ class LaunchbayWorker(Worker):
         self.prepare_job_execution(job, remove_from_intermediate_queue=len(self.queues) == 1)
         self.prepared_job_id = job.id
         super().fork_work_horse(job, queue)
+        self.save_record()  # its current job, once the horse that runs it is on its way
 
     def prepare_job_execution(
         self, job: RQJob, remove_from_intermediate_queue: bool = False
