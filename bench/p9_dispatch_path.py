@@ -1,7 +1,8 @@
 """P9f: what the dispatcher costs a job on an idle install, side by side in one run.
 
 Each round submits one small training job (P6's: the `synthetic` recipe, one rank, one
-epoch of 64 samples, no checkpoint) down each path in turn, then one bare RQ no-op:
+epoch of 64 samples, no checkpoint) down each path, and one bare RQ no-op, in an order that
+rotates from round to round (so that neither path always runs right after the other):
 
 - `dispatcher`: `POST /v1/jobs` to an API whose dispatcher admits the job onto its one
   worker (`--slots 1`) and hands it to the worker's own queue;
@@ -9,8 +10,6 @@ epoch of 64 samples, no checkpoint) down each path in turn, then one bare RQ no-
   attempt enqueued with `RQExecutor.submit` onto the shared `default` queue of a worker
   with no API beside it (what `POST /v1/jobs` did before every job went through the
   dispatcher; no HTTP, so it is the cheaper of the two);
-- `fifo` (only where the service still has it, `LAUNCHBAY_SCHEDULER=fifo`): `POST /v1/jobs`
-  straight onto the RQ queue;
 - bare RQ: `Queue.enqueue("time.time")` on a plain `rq worker` (P6's baseline).
 
 From the moment before the submission: the launcher's start (birth time of the attempt's
@@ -144,63 +143,56 @@ def wait_for_workers(http: httpx.Client, count: int, timeout: float = 120) -> No
 
 
 def path_timings(
-    rounds: int = 9, with_fifo: bool = False, settle_s: float = 0.3
+    rounds: int = 17, settle_s: float = 0.3
 ) -> tuple[dict[str, list[Timing]], list[float]]:
     root = Path(tempfile.mkdtemp(prefix="launchbay-bench-p9f-"))
     root.chmod(0o711)
-    seen: dict[str, list[Timing]] = {}
+    seen: dict[str, list[Timing]] = {"dispatcher": [], "rq": []}
     bare: list[float] = []
     with private_redis() as server, ExitStack() as stack:
         paths = {
-            "dispatcher": stack.enter_context(
-                api_path(root / "dispatcher", server.url(0), LAUNCHBAY_SCHEDULER="dispatcher")
-            ),
+            "dispatcher": stack.enter_context(api_path(root / "dispatcher", server.url(0))),
             "rq": stack.enter_context(rq_path(root / "rq", server.url(1))),
         }
-        if with_fifo:
-            paths["fifo"] = stack.enter_context(
-                api_path(root / "fifo", server.url(2), LAUNCHBAY_SCHEDULER="fifo")
-            )
         env = {**os.environ, SESSION_MARKER: MARKER}
-        argv = [RQ, "worker", "--url", server.url(3), "--quiet", BARE_QUEUE]
+        argv = [RQ, "worker", "--url", server.url(2), "--quiet", BARE_QUEUE]
         bare_worker = start(argv, env, root / "rq-bare-worker.log")
         try:
-            queue = Queue(BARE_QUEUE, connection=Redis.from_url(server.url(3)))
-            for _ in range(rounds):
-                for name, round_ in paths.items():
-                    seen.setdefault(name, []).append(round_())
+            queue = Queue(BARE_QUEUE, connection=Redis.from_url(server.url(2)))
+            order = [*paths, "bare"]
+            for number in range(rounds):
+                for name in order[number % 3 :] + order[: number % 3]:
+                    if name == "bare":
+                        bare.append(bare_round(queue))
+                    else:
+                        seen[name].append(paths[name]())
                     time.sleep(settle_s)
-                bare.append(bare_round(queue))
-                time.sleep(settle_s)
         finally:
             stop(bare_worker)
     return {name: t[1:] for name, t in seen.items()}, bare[1:]
 
 
-def run(with_fifo: bool = False) -> list[Result]:
-    seen, bare = path_timings(with_fifo=with_fifo)
+def run() -> list[Result]:
+    seen, bare = path_timings()
 
     def ms(values: list[float]) -> str:
         return f"{1000 * median(values):.0f} ms"
 
     launch = {name: [t[0] for t in ts] for name, ts in seen.items()}
     first = {name: [t[1] for t in ts] for name, ts in seen.items()}
-    results = []
-    for base in [b for b in ("fifo", "rq") if b in seen]:
-        ratio = median(first["dispatcher"]) / median(first[base])
-        results.append(
-            Result(
-                f"P9f-{base}",
-                f"submission → first training step, dispatcher ÷ {base}",
-                f"{ratio:.3f} ({ms(first['dispatcher'])} vs {ms(first[base])}; launcher start "
-                f"{ms(launch['dispatcher'])} vs {ms(launch[base])}; medians of "
-                f"{len(first[base])})",
-                "≤ 1.05",
-                ratio <= 1.05,
-                "one synthetic 1-rank job at a time on idle one-slot workers, rounds "
-                "alternating; first step = rank 0's first metric line",
-            )
+    ratio = median(first["dispatcher"]) / median(first["rq"])
+    results = [
+        Result(
+            "P9f-rq",
+            "submission → first training step, dispatcher ÷ rq",
+            f"{ratio:.3f} ({ms(first['dispatcher'])} vs {ms(first['rq'])}; launcher start "
+            f"{ms(launch['dispatcher'])} vs {ms(launch['rq'])}; medians of {len(first['rq'])})",
+            "≤ 1.05",
+            ratio <= 1.05,
+            "one synthetic 1-rank job at a time on idle one-slot workers, the order of the "
+            "paths rotating each round; first step = rank 0's first metric line",
         )
+    ]
     for name in seen:
         ratio = median(launch[name]) / median(bare)
         results.append(
@@ -217,5 +209,5 @@ def run(with_fifo: bool = False) -> list[Result]:
 
 
 if __name__ == "__main__":
-    for result in run(with_fifo="--fifo" in sys.argv):
+    for result in run():
         print(result.row(), flush=True)
