@@ -32,6 +32,7 @@ from service.settings import Settings
 from worker.cgroups import JobCgroup
 from worker.launch import LaunchPlan, RunPaths, build_env
 from worker.launch_path import COLD, LaunchChoice, shadowed
+from worker.process_table import proc_stat
 from worker.process_tree import ProcessTree, start_launcher
 from worker.scratch import SCRATCH_DIRS, PrivateScratch
 from worker.warm_pool import WarmPool, WarmServer, WarmUnavailable, connect
@@ -132,7 +133,7 @@ class WarmProcess:
                 pids = [p for p in ranks if type(p) is int and p > 1]
                 self.announced.extend(pids[: MAX_ANNOUNCED - len(self.announced)])
                 self.unanswered += 1
-        if self.returncode is None and ended and not _exists(self.pid):
+        if self.returncode is None and ended and proc_stat(self.pid) is None:
             self.returncode = -1  # the server went away without telling how it ended
         if self.returncode is not None:
             self.conn.close()
@@ -147,14 +148,6 @@ def _message(line: bytes) -> dict[str, Any]:
     except ValueError:
         return {}
     return message if isinstance(message, dict) else {}
-
-
-def _exists(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def start_warm_launcher(
