@@ -21,8 +21,8 @@ SPEED_ENV_PREFIXES = (
     "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "DNNL_", "ONEDNN_", "MALLOC_", "LD_",
     "PYTHON", "TORCH", "ATEN_", "GLOO_", "NCCL_", "CUDA_", "TP_",
 )  # fmt: skip
-# Launchbay's on purpose (see worker.launch): the rendezvous store is not shared with the
-# ranks (rank 0 hosts the process group's, idle once it is set up); PYTHONUNBUFFERED is moot
+# Launchbay's on purpose (see worker.launch): for a job with elastic restarts, the rendezvous
+# store is not shared with the ranks (rank 0 hosts the process group's); PYTHONUNBUFFERED is moot
 # in a rank, which torchrun always starts with `python -u` (`unbuffered` is compared instead);
 # CUDA_DEVICE_ORDER=PCI_BUS_ID numbers GPUs as nvidia-smi does (no effect on speed);
 # TORCH_EXTENSIONS_DIR is where an owner's compiled ops are kept (worker.build_cache), read
