@@ -78,7 +78,7 @@ class Snapshot:
     usage: dict[str, OwnerUsage]
     policies: Policies
     # The nodes of started attempts whose worker went away before they joined
-    # (`reservations.unjoined_lost_nodes`): not the planner's, the dispatcher ends them.
+    # (`unjoined_nodes.unjoined_lost_nodes`): not the planner's; the dispatcher ends them.
     unjoined: list[ActiveReservation] = field(default_factory=list)
 
 
