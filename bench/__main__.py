@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.common import TABLE_HEADER, Result
+from bench.common import TABLE_HEADER, Result, private_job_users
 
 BENCHMARKS = {
     "training": "bench.p1_p2_training",
@@ -66,12 +66,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
     results: list[Result] = []
     started = time.monotonic()
-    for name in args.names or list(BENCHMARKS):
-        module = importlib.import_module(BENCHMARKS[name])
-        print(f"bench: running {name} ...", file=sys.stderr, flush=True)
-        began = time.monotonic()
-        results.extend(module.run(long=True) if args.long and name == "training" else module.run())
-        print(f"bench: {name} took {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
+    with private_job_users():
+        for name in args.names or list(BENCHMARKS):
+            module = importlib.import_module(BENCHMARKS[name])
+            print(f"bench: running {name} ...", file=sys.stderr, flush=True)
+            began = time.monotonic()
+            long = args.long and name == "training"
+            results.extend(module.run(long=True) if long else module.run())
+            took = time.monotonic() - began
+            print(f"bench: {name} took {took:.0f} s", file=sys.stderr, flush=True)
     table = "\n".join([TABLE_HEADER, *(r.row() for r in results)])
     header = (
         f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine_line()}; "
