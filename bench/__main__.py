@@ -8,7 +8,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.common import TABLE_HEADER, Result, private_job_users
+from bench.common import TABLE_HEADER, Result
+from bench.job_users import private_job_users
 
 BENCHMARKS = {
     "training": "bench.p1_p2_training",

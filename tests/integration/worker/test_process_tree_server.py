@@ -14,8 +14,9 @@ import time
 import psutil
 
 from tests.support.procs import wait_until
+from worker.process_table import proc_stat
 from worker.process_tree import ProcessTree, stop_job_processes
-from worker.warm_start import MAX_ANNOUNCED, MAX_ANSWERS, WarmProcess, _exists
+from worker.warm_start import MAX_ANNOUNCED, MAX_ANSWERS, WarmProcess
 
 SERVER = textwrap.dedent(
     """
@@ -39,7 +40,7 @@ class ForkedLauncher:
         self.pid = pid
 
     def poll(self) -> int | None:
-        return None if _exists(self.pid) else 0
+        return None if proc_stat(self.pid) is not None else 0
 
 
 def test_the_sweep_after_a_warm_launcher_leaves_its_fork_server_running() -> None:

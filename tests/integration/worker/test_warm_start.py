@@ -61,6 +61,10 @@ def test_a_warm_rank_is_what_torchrun_makes_it(wenv: WorkerEnv) -> None:
         a = normalised(cold[rank], cold_id, cold[rank]["env"]["USER"])
         b = normalised(warm[rank], warm_id, warm[rank]["env"]["USER"])
         a.pop("cmdline"), b.pop("cmdline")  # torchrun's rank runs `python -I rank_main.py`, too
+        # torchrun shares its rendezvous store with the ranks (a job without restarts); the
+        # warm launcher has none to share, so rank 0 hosts the process group's.
+        assert a["env"].pop("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        assert b["env"].pop("TORCHELASTIC_USE_AGENT_STORE") == "False"
         assert a == b
         assert warm[rank]["environ_block"] is True  # /proc/<pid>/environ says its own
         assert warm[rank]["cmdline"][3].endswith("rank_main.py")
