@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -261,6 +262,13 @@ def test_a_node_whose_worker_froze_before_joining_ends_the_attempt_at_once(
 
     assert wait_until(lambda: serving_multi() == 2, timeout=60)
     frozen = [w for w in stack.workers if w.poll() is None][-1]
+
+    def just_heartbeat() -> bool:  # so the dispatcher still counts it live at the admission
+        [record] = [w for w in http.get("/v1/workers").json()["items"] if w["pid"] == frozen.pid]
+        beat = datetime.fromisoformat(record["last_heartbeat"].replace("Z", "+00:00"))
+        return (datetime.now(UTC) - beat).total_seconds() < 0.5
+
+    assert wait_until(just_heartbeat, timeout=30, interval=0.05)
     os.kill(frozen.pid, signal.SIGSTOP)
     thawed = False
     try:
