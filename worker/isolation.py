@@ -93,8 +93,9 @@ def ensure_job_user(name: str) -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-def user_processes(uid: int) -> list[int]:
-    """PIDs of the live (not zombie) processes whose real or effective uid is `uid`.
+def user_processes(uid: int, *, zombies: bool = False) -> list[int]:
+    """PIDs of the live processes whose real or effective uid is `uid`, and with `zombies`
+    those that ended and wait to be reaped.
 
     Read from each ``/proc/<pid>/status`` (not the owner of ``/proc/<pid>``, which a process
     that makes itself non-dumpable turns into root's)."""
@@ -113,7 +114,7 @@ def user_processes(uid: int) -> list[int]:
                 state = line.split()[1]
             elif line.startswith(b"Uid:"):
                 real, effective = (int(field) for field in line.split()[1:3])
-                if state != b"Z" and uid in (real, effective):
+                if (zombies or state != b"Z") and uid in (real, effective):
                     found.append(int(name))
                 break
     return found

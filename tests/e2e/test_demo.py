@@ -7,7 +7,6 @@ Not a cold install each time: `scripts/setup.sh` installs with uv from its downl
 (the CI keeps it, `UV_CACHE_DIR`, as `.ci/run` says), hard-linked, and the ordinary user's run
 reuses the venv of the system Python's clone, as a second run of the demo would."""
 
-import contextlib
 import os
 import pwd
 import re
@@ -24,7 +23,7 @@ import pytest
 from tests.support.homes import ROOT, home_with_python, remove_tree
 from tests.support.isolation import PREFIX_ENV, HostSnapshot, reachable_by_job_users
 from tests.support.procs import free_port, wait_until
-from worker.isolation import can_switch_users
+from worker.isolation import can_switch_users, kill_user_processes, user_processes
 
 pytestmark = pytest.mark.skipif(not can_switch_users(), reason="the set-ups run as root first")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -171,26 +170,20 @@ def ordinary_user(tmp_path: Path) -> Iterator[User]:
         os.chown(home, entry.pw_uid, entry.pw_gid)
         yield User(name, entry.pw_uid, entry.pw_gid, home)
     finally:
-        left = users_processes(entry.pw_uid)
-        said = [f"{p.info['pid']} {p.info['name']}: {p.info['cmdline']}" for p in left]
-        for process in left:  # what a failed run left (its Redis, say): userdel refuses
-            with contextlib.suppress(psutil.Error):
-                process.kill()
+        left = [described(pid) for pid in user_processes(entry.pw_uid)]
+        # What a failed run left (its Redis, say): userdel refuses while it runs.
+        kill_user_processes(entry.pw_uid)
         # Its processes that ended are zombies until PID 1 reaps them; userdel counts them.
-        wait_until(lambda: not users_processes(entry.pw_uid, zombies=True), timeout=60)
+        wait_until(lambda: not user_processes(entry.pw_uid, zombies=True), timeout=60)
         subprocess.run(["userdel", name], check=True)
-        assert not left, f"the demo left processes of {name}: {said}"
+        assert not left, f"the demo left processes of {name}: {left}"
 
 
-def users_processes(uid: int, *, zombies: bool = False) -> list[psutil.Process]:
-    """The processes of `uid`, those that ended and wait to be reaped only with `zombies`."""
-    return [
-        p
-        for p in psutil.process_iter(["pid", "uids", "status", "name", "cmdline"])
-        if p.info["uids"] is not None
-        and p.info["uids"].real == uid
-        and (zombies or p.info["status"] != psutil.STATUS_ZOMBIE)
-    ]
+def described(pid: int) -> str:
+    try:
+        return f"{pid}: {psutil.Process(pid).cmdline()}"
+    except psutil.Error:
+        return f"{pid} (gone)"
 
 
 def test_as_an_ordinary_user_who_is_told_what_isolation_it_gives_up(
