@@ -72,6 +72,21 @@ def running_stack(workers: int = 1, **env: str) -> Iterator[Stack]:
 
 
 @contextmanager
+def environ_set(values: Mapping[str, str]) -> Iterator[None]:
+    """`os.environ` with `values` set (for the processes started meanwhile), as it was after."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextmanager
 def api_stack(database_url: str | None = None) -> Iterator[Stack]:
     """An API alone (no worker, no reaper) on a private Redis and its own data directory;
     `database_url` None: its own SQLite file."""

@@ -1,12 +1,13 @@
 """The job users of the stacks a benchmark run starts: a pool of its own (`private_job_users`)."""
 
 import os
-import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from bench.common import environ_set
 
 
 @contextmanager
@@ -20,22 +21,16 @@ def private_job_users() -> Iterator[None]:
     from service.settings import Settings
     from worker.job_user_pool import remove_job_users
 
-    root = Path(tempfile.mkdtemp(prefix="launchbay-bench-users-"))
-    pool = {
-        "LAUNCHBAY_JOB_USER_PREFIX": f"lbb{uuid.uuid4().hex[:6]}-",
-        "LAUNCHBAY_JOB_USER_LEASE_DIR": str(root / "leases"),
-    }
-    before = {name: os.environ.get(name) for name in pool}
-    os.environ.update(pool)
-    try:
-        yield
-    finally:
+    with (
+        tempfile.TemporaryDirectory(prefix="launchbay-bench-users-") as root,
+        environ_set(
+            {
+                "LAUNCHBAY_JOB_USER_PREFIX": f"lbb{uuid.uuid4().hex[:6]}-",
+                "LAUNCHBAY_JOB_USER_LEASE_DIR": str(Path(root) / "leases"),
+            }
+        ),
+    ):
         try:
-            remove_job_users(Settings())
+            yield
         finally:
-            for name, value in before.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-            shutil.rmtree(root, ignore_errors=True)
+            remove_job_users(Settings())

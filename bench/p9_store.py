@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import Result, median, running_stack
+from bench.common import Result, environ_set, median, running_stack
 from bench.p9_store_stall import step_stalls
 from devstack.s3server import S3Server, private_s3
 
@@ -223,17 +223,9 @@ def run(long: bool = False) -> list[Result]:
     file = workdir / "checkpoint.bin"
     file.write_bytes(os.urandom(SIZE_MIB << 20))
     with private_s3() as s3:
-        saved = {k: os.environ.get(k) for k in s3.env()}
-        os.environ.update({k: v for k, v in s3.env().items() if k.startswith("AWS_")})
-        try:
+        with environ_set({k: v for k, v in s3.env().items() if k.startswith("AWS_")}):
             results = [library_comparison(s3, file), upload_ratio(s3, file)]
             results += step_stalls(s3, file, workdir)
             results.append(api_download_ratio(s3, file))
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
     threading.Thread(target=lambda: None).start()
     return results
