@@ -218,12 +218,13 @@ def lose_unjoined_node(
     node has joined (the reaper follows its heartbeat then), or when the attempt is no longer
     the job's active one, or is cancelling (it ends when the nodes that joined finish)."""
     job = lock_job(session, job_id)
+    nnodes = 0 if job is None else job.job_spec().nnodes
     if (
         job is None
         or job.attempt != attempt
         or job.state not in (JobState.STARTING, JobState.RUNNING)
-        or not 0 <= node < job.job_spec().nnodes
-        or job.job_spec().nnodes < 2
+        or nnodes < 2
+        or not 0 <= node < nnodes
         or session.get(JobNode, (job_id, attempt, node)) is not None
     ):
         session.rollback()
