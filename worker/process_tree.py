@@ -122,11 +122,12 @@ class ProcessTree:
             for pid in announced
             if pid not in self.records and pid not in self._own
         ]
-        ranks = [proc for proc in found if proc is not None and proc.ppid == self.pid]
+        procs = [proc for proc in found if proc is not None and proc.ppid == self.pid]
         if announced and self.pid not in self.records:  # in its own session by now
             launcher = proc_stat(self.pid)
-            ranks += [] if launcher is None else [launcher]
-        self._record(ranks)
+            if launcher is not None:
+                procs.append(launcher)
+        self._record(procs)
         if announced:
             self._save()
         recorded = getattr(self.popen, "recorded", None)
