@@ -1,8 +1,7 @@
 """The worker side: take a job off the queue, launch it with torchrun, supervise its processes,
 ingest what its ranks write, and record how it ended.
 
-    tasks.claim (in the worker, before it forks the horse) -> attempt.take_attempt
-    tasks.run_job (RQ entry point, in the horse) -> attempt.run_taken
+    tasks.run_job (RQ entry point, in the worker) -> attempt.take_attempt, attempt.run_taken
         prepare: checks, directories, code        launch: the pure argv/env builder
         monitor: the supervisor loop, with
             process_tree (start, stop)      ingest + events (logs, metrics)  checkpoints
@@ -11,7 +10,7 @@ ingest what its ranks write, and record how it ended.
             queue as the next attempt)
     node: the same take_attempt and run_taken on a node of an executor's allocation, no RQ
         (slurm_node: the name Slurm's sbatch scripts call it by)
-    main.run_worker: the RQ worker process (`launchbay worker`) and its own heartbeat
+    rq_worker.run_worker: the RQ worker process (`launchbay worker`) and its own heartbeat
     devices: the GPUs or CPU slots a worker owns, its jobs' size limit, GPUs kept apart
     orphans: stop what attempts whose supervisor died left behind
     lifeline.py: starts the launcher so that it dies with its supervisor

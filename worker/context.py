@@ -1,31 +1,25 @@
 """What a worker process owns for the attempts it runs: its settings, one database engine per
-URL (with the pool its next work horse will use), one Redis client and the executor on it,
-and the attempts taken before forking the horse that runs them.
+URL, one Redis client and the executor on it, its fork servers and its watchdog.
 
-RQ calls `worker.tasks.run_job` by name inside a horse forked from the worker, so the horse
-finds the worker's context through `worker.tasks`; nothing else in the worker is global.
+RQ calls `worker.tasks.run_job` by name, so the task finds the worker's context through
+`worker.tasks`; nothing else in the worker is global.
 """
 
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from redis import Redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 from sqlalchemy.engine import Engine
-from sqlalchemy.pool import Pool
 
-from jobs.states import AttemptRef
 from service.db import make_engine
 from service.executors.base import Executor
 from service.executors.registry import make_executor
 from service.settings import Settings, get_settings
 from worker.warm_pool import WarmPool, WarmUnavailable, pool_directory
-
-if TYPE_CHECKING:
-    from worker.attempt import TakenAttempt
+from worker.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -44,54 +38,35 @@ class AttemptServices:
 
 @dataclass
 class WorkerContext:
-    """Owned by one worker process and inherited, copy-on-write, by each horse it forks."""
+    """Owned by one worker process."""
 
     configured: Settings | None = None
     engines: dict[str, tuple[Engine, int]] = field(default_factory=dict)
-    # The pool each engine's next work horse will use, made by the worker while idle.
-    spare: dict[str, Pool] = field(default_factory=dict)
     redis_clients: dict[str, Redis] = field(default_factory=dict)
-    # What the worker took before forking the horse, by task; None: not to be run.
-    claimed: dict[AttemptRef, "TakenAttempt | None"] = field(default_factory=dict)
     # The process the fork servers live as long as: the worker that made this context.
     owner_pid: int = field(default_factory=os.getpid)
     warm: WarmPool | None = None
+    # Told which attempt runs, to record it lost if the worker dies (none: nobody is).
+    watchdog: Watchdog = field(default_factory=lambda: Watchdog(None))
 
     @property
     def settings(self) -> Settings:
         return self.configured or get_settings()
 
     def engine(self) -> Engine:
-        """This process's engine for the database. A work horse reuses the worker's engine,
-        warm statement cache and all, with a pool of its own (the spare one, else
-        `dispose(close=False)`): no pooled connection crosses a fork."""
+        """This process's engine for the database, made once (again in a forked child: no
+        pooled connection crosses a fork)."""
         url = self.settings.resolved_database_url
         found = self.engines.get(url)
-        if found is None:
-            engine = make_engine(url, pooled=False)
-        else:
-            engine, pid = found
-            if pid == os.getpid():
-                return engine
-            spare = self.spare.pop(url, None)
-            if spare is None:
-                engine.dispose(close=False)
-            else:
-                engine.pool = spare
+        if found is not None and found[1] == os.getpid():
+            return found[0]
+        engine = make_engine(url, pooled=False)
         self.engines[url] = (engine, os.getpid())
         return engine
 
-    def make_spare_pools(self) -> None:
-        """Make, in the worker while it is idle, the new pool each engine will need in the next
-        work horse (what `dispose(close=False)` makes there, at the cost of a few hundred
-        copy-on-write page faults on the way to the launch)."""
-        for url, (engine, _) in self.engines.items():
-            self.spare[url] = engine.pool.recreate()
-
     def redis(self) -> Redis:
-        """This process's client for supervising jobs, made once in the worker and inherited
-        by its horses (redis-py's pool notices the fork and opens connections of the horse's
-        own). Few retries: a supervisor must not stall on a Redis that is away (it copes)."""
+        """This process's client for supervising jobs, made once. Few retries: a supervisor
+        must not stall on a Redis that is away (it copes)."""
         url = self.settings.redis_url
         client = self.redis_clients.get(url)
         if client is None:
@@ -105,8 +80,8 @@ class WorkerContext:
         return client
 
     def warm_pool(self) -> WarmPool | None:
-        """The worker's fork servers (the same directory in each of its horses); None where warm
-        starts are off or no private directory can be had for them."""
+        """The worker's fork servers; None where warm starts are off or no private directory
+        can be had for them."""
         settings = self.settings
         if not settings.warm_start:
             return None

@@ -32,9 +32,18 @@ def run_in_batches(tid: int = 0) -> bool:
 def yield_cpu_to_ranks() -> list[int]:
     """Once the ranks run: every thread of this process runs in batches (`run_in_batches`),
     and so do the threads it starts later (the checkpoint upload's, its store client's).
+    Returns the threads changed. `back_to_normal` undoes it."""
+    return [tid for tid in _threads() if run_in_batches(tid)]
+
+
+def back_to_normal() -> list[int]:
+    """Once the attempt is over: every thread of this process back to the normal policy, so
+    that the next job's launcher (which inherits it) starts as it would in a fresh process.
     Returns the threads changed."""
-    changed = []
-    for name in os.listdir(f"/proc/{os.getpid()}/task") if sys.platform == "linux" else []:
-        if run_in_batches(int(name)):
-            changed.append(int(name))
-    return changed
+    return [tid for tid in _threads() if _set_policy(tid, getattr(os, "SCHED_OTHER", -1))]
+
+
+def _threads() -> list[int]:
+    if not sys.platform.startswith("linux"):
+        return []
+    return [int(name) for name in os.listdir(f"/proc/{os.getpid()}/task")]

@@ -6,11 +6,11 @@ A worker owns either GPUs, named by CUDA ids as `CUDA_VISIBLE_DEVICES` takes the
 core this process may run on (`--slots N` says another number). GET /v1/workers reports GPUs
 by their ids and CPU slots as `cpu:0` ... `cpu:<N-1>` (slots are counted, not pinned to cores).
 
-The worker assigns its devices once, before it takes jobs (`assign_devices`): the work horses
-RQ forks inherit them, and each job gets the first `nproc_per_node` of them as its
-`CUDA_VISIBLE_DEVICES` (`worker.launch`). CUDA numbers devices in PCI bus order here
-(`CUDA_DEVICE_ORDER=PCI_BUS_ID`, for the probe and the ranks), as `nvidia-smi` does, so
-`--gpus 0` is nvidia-smi's GPU 0 also on a host with mixed GPUs.
+The worker assigns its devices once, before it takes jobs (`assign_devices`), and each job
+gets the first `nproc_per_node` of them as its `CUDA_VISIBLE_DEVICES` (`worker.launch`). CUDA
+numbers devices in PCI bus order here (`CUDA_DEVICE_ORDER=PCI_BUS_ID`, for the probe and the
+ranks), as `nvidia-smi` does, so `--gpus 0` is nvidia-smi's GPU 0 also on a host with mixed
+GPUs.
 
 GPUs are exclusive: a worker refuses to start on a GPU that a live worker already owns
 (`find_gpu_conflicts`), compared by the UUIDs the probe reports, so two containers that
@@ -131,8 +131,8 @@ def _clip_stderr(text: str) -> str:
 def detect_cuda() -> CudaInfo:
     """The CUDA devices this process's environment sees (`CUDA_VISIBLE_DEVICES` included),
     asked once per process of a short-lived interpreter (`probe_cuda`): the worker itself
-    never imports torch or touches CUDA, so the work horses it forks are small, quick to fork
-    and free of CUDA state. No answer (torch missing or broken): no CUDA device."""
+    never imports torch or touches CUDA, so it stays small and free of CUDA state. No answer
+    (torch missing or broken): no CUDA device."""
     return probe_cuda()
 
 
@@ -336,7 +336,7 @@ _assigned: WorkerDevices | None = None
 
 
 def assign_devices(devices: WorkerDevices) -> None:
-    """Make `devices` this worker's, for the work horses it forks from now on."""
+    """Make `devices` this worker's, for the jobs it runs from now on."""
     global _assigned
     _assigned = devices
 

@@ -9,8 +9,8 @@ request took effect), waits until the supervisor has put it in the job's cgroup 
 its PID as ``LAUNCHBAY_LAUNCHER_PID`` for the ranks (see
 `rank_main.py`), then execs COMMAND in this very process: the launcher keeps this PID.
 
-`worker.process_tree.start_launcher` starts torchrun through it with SIGTERM, so a work horse that
-is SIGKILLed (or dies any other way) still has torchrun stop the ranks. A wrapper rather than
+`worker.process_tree.start_launcher` starts torchrun through it with SIGTERM, so a supervisor
+that is SIGKILLed (or dies any other way) still has torchrun stop the ranks. A wrapper rather than
 a `preexec_fn`: the supervisor has threads, and code run between fork and exec may deadlock.
 Like `rank_main.py` it is run as a script and imports only the standard library.
 """

@@ -4,7 +4,7 @@ executor's backend once per node (Slurm's `srun`, from the sbatch script; the ol
 `python -m worker.slurm_node JOB_ID ATTEMPT`, which that script names, is this with
 `--executor slurm`).
 
-It runs the attempt exactly as an RQ work horse does (`worker.attempt`: take or join it,
+It runs the attempt exactly as an RQ worker does (`worker.attempt`: take or join it,
 prepare, launch torchrun, monitor, ingest, register checkpoints, heartbeat, record the end),
 with what the executor's backend says about the allocation (`--executor`: its placement,
 `service.executors.registry.placement_for`), else what the command line says:

@@ -1,5 +1,5 @@
-"""Find and stop what is left of attempts whose supervisor died (a work horse SIGKILLed, a
-worker killed with its horse, a machine that lost its worker process).
+"""Find and stop what is left of attempts whose supervisor died (a worker SIGKILLed, a machine
+that lost its worker process).
 
 The kernel already takes most of it (`lifeline.py`, `rank_main.py`): the launcher is SIGTERMed
 when its supervisor dies, and each rank SIGKILLed when its launcher does. What can remain are
@@ -9,11 +9,12 @@ processes a rank started in sessions of their own. So each supervisor leaves a n
                                               pid, create_time, boot_time, pids_file}
 
 while its attempt runs, and removes it when nothing of the attempt is left. A worker starting,
-and each work horse before its attempt, reads the notes of its own host: where the supervisor
-is gone (no process with that PID and start time since the same boot), every process still
-recorded in the attempt's `pids.json`, or whose environment names the attempt (and node), is
-SIGKILLed, and so is everything in the attempt's cgroup (`worker.cgroups`), which is removed.
-Notes of other hosts are never read (the data dir may be shared): PIDs mean nothing there.
+between its attempts, and the watchdog of one that died (`worker.watchdog`) read the notes of
+their own host: where the supervisor is gone (no process with that PID and start time since the
+same boot, or only its zombie), every process still recorded in the attempt's `pids.json`, or
+whose environment names the attempt (and node), is SIGKILLed, and so is everything in the
+attempt's cgroup (`worker.cgroups`), which is removed. Notes of other hosts are never read (the
+data dir may be shared): PIDs mean nothing there.
 """
 
 import json
@@ -85,12 +86,29 @@ def remove_note(data_dir: Path, job_id: str, attempt: int, node: int | None = No
 
 
 def _alive(pid: int, create_time: float) -> bool:
+    """Whether the supervisor that wrote a note still runs (a zombie does not)."""
     try:
-        return abs(psutil.Process(pid).create_time() - create_time) < SAME_START_S
+        process = psutil.Process(pid)
+        same = abs(process.create_time() - create_time) < SAME_START_S
+        return same and process.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return False
     except psutil.AccessDenied:
         return True
+
+
+def wait_until_dead(pid: int, timeout_s: float = 5.0) -> bool:
+    """Wait for process `pid` to be gone or a zombie; whether it is."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
 
 
 def _recorded(pids_file: Path) -> dict[int, float]:

@@ -87,7 +87,7 @@ def check_resources(spec: JobSpec, cuda: CudaInfo, devices: WorkerDevices | None
 @lru_cache
 def torchrun_installed() -> bool:
     """Whether torch's `torch.distributed.run` is installed, found without importing torch
-    (`find_spec` of a submodule imports its packages: seconds, in every work horse)."""
+    (`find_spec` of a submodule imports its packages: seconds, in the worker)."""
     torch = importlib.util.find_spec("torch")
     places = (torch.submodule_search_locations or []) if torch is not None else []
     return any((Path(place) / "distributed" / "run.py").is_file() for place in places)

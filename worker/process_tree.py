@@ -47,7 +47,8 @@ _shutdown = threading.Event()
 def request_shutdown(signum: int | None = None, frame: object = None) -> None:
     """Ask the running supervisor to stop its job's processes and give up the attempt.
 
-    Installed as the RQ work horse's SIGTERM handler (see `worker.rq_worker`)."""
+    Called on the worker's cold shutdown (`worker.rq_worker`) and as a node supervisor's SIGTERM
+    handler (`worker.node`)."""
     _shutdown.set()
 
 

@@ -1,27 +1,30 @@
-"""The worker process: an RQ worker whose work horses run Launchbay jobs.
+"""The worker process: an RQ worker that supervises each Launchbay attempt itself.
 
-RQ forks a work horse per job. What the horse needs is done by the worker first, on its warm
-connections: it takes the attempt (`worker.tasks.claim`) and does RQ's bookkeeping of the job
-(`prepare_job_execution`, which RQ does in the horse); while idle, it makes the database pool
-its next horse will use (`worker.tasks.spare_pools`).
+No work horse is forked per task (RQ's `SimpleWorker`): a Launchbay task runs no user code in
+the supervisor, which starts the job's processes as other users in sessions and cgroups of
+their own, so a horse would isolate nothing, and forking one per job cost more CPU than
+anything else a worker did for a short job (the fork, the copy-on-write faults it left in both
+processes, a database engine with a cold statement cache: docs/benchmarks.md). Between
+tasks the worker puts back what an attempt changed of it (its threads' CPU policy,
+`worker.cpu_policy`) and stops what a supervisor that died left running (`worker.orphans`).
 
-On SIGTERM the worker shuts down warm (it waits for the running job); a second SIGTERM (or
-SIGINT), however soon after the first (RQ ignores one within a second, for its worker pools;
-a Launchbay worker runs alone), is a cold shutdown, where RQ would SIGKILL the horse at
-once and orphan the job's processes, which live in sessions of their own. Here the horse is
-first sent SIGTERM, which its supervisor takes as "stop the job's processes, record the
-attempt as `worker_lost`, return"; only then is it killed. A horse whose worker dies without
-a word (SIGKILL) gets the same SIGTERM from the kernel (``PR_SET_PDEATHSIG``).
+While a task runs, a thread of the worker keeps its heartbeats: RQ's (the worker's, the task's)
+and the worker's record in Redis (`service.worker_records`, a short TTL) for GET /v1/workers:
+its host (`LAUNCHBAY_WORKER_HOST`), queues, devices (`worker.devices`), current job and last
+heartbeat, refreshed every `heartbeat_interval_s` (RQ's dequeue timeout is that interval while
+idle). Redis going away and coming back is survived: a heartbeat or a bookkeeping write that
+fails is logged, and a work loop that RQ gives up is started again. Before its first job a
+worker writes its record and looks at the others': a GPU already owned by a live worker (the
+same UUID, or the same id on the same host) makes it refuse to start (`DevicesTaken`), as does
+a worker that should have GPUs but finds CUDA unusable (`worker.devices.check_cuda_usable`).
 
-Each worker keeps a record of itself in Redis (`service.worker_records`, a short TTL) for
-GET /v1/workers: its host (`LAUNCHBAY_WORKER_HOST`), queues, devices (`worker.devices`),
-current job and last heartbeat, refreshed every `heartbeat_interval_s` from RQ's own loop
-(RQ's dequeue timeout and job monitoring interval are set to that interval). Redis going away
-and coming back is survived: a heartbeat or a bookkeeping write that fails is logged, and a
-work loop that RQ gives up is started again. Before its first job a worker writes its record
-and looks at the others': a GPU already owned by a live worker (the same UUID, or the same
-id on the same host) makes it refuse to start (`DevicesTaken`), as does a worker that should
-have GPUs but finds CUDA unusable (`worker.devices.check_cuda_usable`).
+On SIGTERM (or SIGINT) the worker shuts down warm: it waits for the running job. A second
+one, however soon after the first (RQ ignores one within a second, for its worker pools; a
+Launchbay worker runs alone), is a cold shutdown: the running attempt stops its processes, is
+recorded as `worker_lost` (retried while `max_retries` allow), and the worker exits. A worker
+that dies without a word (SIGKILL, the OOM killer) takes its job's processes with it: the
+kernel tells torchrun (`worker.lifeline`), and a warm launcher sees its supervisor's socket
+close; its watchdog (`worker.watchdog`) records the attempt as lost at once.
 """
 
 import gc
@@ -29,18 +32,20 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
-from collections.abc import Sequence
-from contextlib import suppress
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from functools import partial
 from typing import Any
 
 from redis import Redis
 from redis.client import Pipeline
 from redis.exceptions import RedisError
-from rq import Queue, Worker
+from rq import Queue, SimpleWorker
 from rq.executions import Execution
 from rq.job import Job as RQJob
-from rq.worker import SHUTDOWN_SIGNAL
+from rq.worker import WorkerStatus
 
 from service.executors.dispatch import wake_dispatcher
 from service.executors.rq import RUN_JOB_TASK, attempt_of_call
@@ -51,6 +56,7 @@ from service.schemas import WorkerJob, WorkerRecord
 from service.settings import Settings, get_settings, removed_variables_note
 from service.worker_records import delete_worker_record, read_worker_records, save_worker
 from worker import tasks
+from worker.cpu_policy import back_to_normal
 from worker.devices import (
     CudaInfo,
     DevicesTaken,
@@ -63,11 +69,11 @@ from worker.devices import (
     detect_cuda,
     find_gpu_conflicts,
 )
-from worker.lifeline import die_with_parent
 from worker.orphans import stop_orphans
-from worker.process_tree import request_shutdown
+from worker.process_tree import request_shutdown, shutdown_requested
 from worker.reach import check_host
 from worker.warm_start import warm_servers
+from worker.watchdog import watchdog
 
 log = logging.getLogger(__name__)
 # How long a work loop RQ gave up (Redis away) waits before it starts again.
@@ -78,14 +84,6 @@ def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _exited(pid: int) -> bool:
-    """Whether our child `pid` has exited, without reaping it (RQ reaps it)."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
 def current_job(args: Sequence[Any]) -> WorkerJob | None:
     """What GET /v1/workers shows of a task `run_job(id, attempt[, node])` being run."""
     ref = attempt_of_call(args)
@@ -94,12 +92,11 @@ def current_job(args: Sequence[Any]) -> WorkerJob | None:
     return WorkerJob(id=ref.job_id, attempt=ref.attempt, node=ref.node)
 
 
-class LaunchbayWorker(Worker):
-    """RQ's forking worker, with a cold shutdown that lets the job stop its processes first,
-    horses that die with it, and a record of itself for GET /v1/workers."""
+class LaunchbayWorker(SimpleWorker):
+    """RQ's worker running each task in its own process, with heartbeats kept while it runs,
+    a cold shutdown that lets the job stop its processes first, and a record of itself for
+    GET /v1/workers."""
 
-    # How long a horse may take to stop its job's processes and record the attempt.
-    horse_stop_timeout_s: float = 30.0
     heartbeat_interval_s: float = 5.0
     host: str = socket.gethostname()
     devices: Sequence[str] = ("cpu:0",)
@@ -114,72 +111,78 @@ class LaunchbayWorker(Worker):
         self.started = utcnow()
         # The job of the running task: {"id", "attempt"} and, for a multi-node job, "node".
         self.current: WorkerJob | None = None
-        # The RQ job whose bookkeeping this worker did before forking its horse.
-        self.prepared_job_id: str | None = None
+        self.in_task = False
         self.stopping = False
 
     def request_stop(self, signum: Any, frame: Any) -> None:
+        """The warm shutdown. During a task, only noted: the handler interrupts the
+        supervisor, which may be in the middle of a Redis or database call itself."""
         self.stopping = True
-        super().request_stop(signum, frame)
+        if not self.in_task:
+            super().request_stop(signum, frame)  # idle: RQ stops its loop at once
+            return
+        signal.signal(signal.SIGINT, self.request_force_stop)
+        signal.signal(signal.SIGTERM, self.request_force_stop)
+        self._stop_requested = True
+        log.info("worker %s: warm shut down requested: stopping after its job", self.name)
 
     def request_force_stop(self, signum: int, frame: Any) -> None:
-        """The cold shutdown: RQ's, without its one-second grace for a repeated signal."""
+        """The cold shutdown: RQ's, without its one-second grace for a repeated signal; a
+        running attempt first stops its processes and is recorded as lost."""
         log.warning("worker %s: cold shut down", self.name)
-        if self.horse_pid:
-            self.kill_horse()
-            self.wait_for_horse()
-        raise SystemExit()
-
-    def setup_work_horse_signals(self) -> None:
-        super().setup_work_horse_signals()
-        signal.signal(signal.SIGTERM, request_shutdown)
-        # The worker may die without stopping the horse: the kernel then SIGTERMs it, which
-        # stops its job like a cold shutdown. Already gone: the job is not started.
-        die_with_parent(signal.SIGTERM)
-        if os.getppid() != self.main_pid:
-            request_shutdown()
+        if not self.in_task:
+            raise SystemExit()
+        self._stop_requested = True
+        request_shutdown()
 
     def execute_job(self, job: RQJob, queue: Queue) -> None:
+        self.in_task = True
         self.current = current_job(job.args) if job.func_name == RUN_JOB_TASK else None
-        if self.current is not None:
-            # Taken here, warm, for the horse forked next (`worker.tasks.claim`).
-            tasks.claim(self.current.id, self.current.attempt, self.current.node, self.name)
         try:
-            super().execute_job(job, queue)
+            execution = self.prepare_execution(job)
+            self.save_record()  # its current job
+            with self.heartbeats(job, execution):
+                self.perform_job(job, queue, execution)
+            self.set_state(WorkerStatus.IDLE)
         except RedisError as exc:
             # RQ's bookkeeping of the job; the job's own outcome is in the database.
             log.warning("worker %s: Redis failed around job %s: %s", self.name, job.id, exc)
         finally:
-            tasks.forget_claims()
+            self.in_task = False
             self.current = None
-            self.save_record()
+            if not shutdown_requested():  # cold: its record is gone (`tasks.forget_worker`)
+                self.save_record()
             self.wake_dispatcher()
-            self.after_horse()
+            self.after_task()
 
-    def fork_work_horse(self, job: RQJob, queue: Queue) -> None:
-        self.prepare_job_execution(job, remove_from_intermediate_queue=len(self.queues) == 1)
-        self.prepared_job_id = job.id
-        super().fork_work_horse(job, queue)
-        self.save_record()  # its current job, once the horse that runs it is on its way
+    @contextmanager
+    def heartbeats(self, job: RQJob, execution: Execution) -> Iterator[None]:
+        """RQ's heartbeats and the worker's record, kept by a thread while `job` runs here."""
+        done = threading.Event()
 
-    def prepare_job_execution(
-        self, job: RQJob, remove_from_intermediate_queue: bool = False
-    ) -> None:
-        if self.is_horse and job.id == self.prepared_job_id:
-            return  # done by the worker before the fork, on its warm connection
-        super().prepare_job_execution(job, remove_from_intermediate_queue)
+        def beat() -> None:
+            while not done.wait(self.heartbeat_interval_s):
+                try:
+                    self.maintain_heartbeats(job, execution)
+                    self.save_record()
+                except Exception:  # a heartbeat must not end: the record would expire
+                    log.exception("worker %s: heartbeat failed", self.name)
 
-    def after_horse(self) -> None:
-        """Between jobs: stop what a horse that died left running; take, while idle, the page
-        faults that the fork left for this process's next writes (its pages stay
-        write-protected after the horse is gone; a collection writes to most of them), which
-        taking the next attempt (`worker.tasks.claim`) would otherwise pay; make the next
-        horse's database pool."""
+        thread = threading.Thread(target=beat, name=f"heartbeat-{self.name}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
+    def after_task(self) -> None:
+        """Between tasks: put back the CPU policy an attempt gave the worker's threads, and
+        stop what an attempt whose supervisor died (an earlier worker's) left running."""
+        back_to_normal()
         stopped = stop_orphans(tasks.current_settings().data_dir.resolve())
         if stopped:
             log.warning("killed processes %s left by attempts whose supervisor died", stopped)
-        gc.collect()
-        tasks.spare_pools()
 
     def wake_dispatcher(self) -> None:
         """An attempt's task ended here: its devices may be free for the next job."""
@@ -218,7 +221,7 @@ class LaunchbayWorker(Worker):
                 super().heartbeat(timeout)
         else:
             super().heartbeat(timeout, pipeline=pipeline)
-        if not self.is_horse:
+        if not self.in_task:  # else the task's heartbeat thread writes it
             self.save_record()
 
     def maintain_heartbeats(self, job: RQJob, execution: Execution) -> None:
@@ -262,29 +265,14 @@ class LaunchbayWorker(Worker):
         try:
             super().teardown()
         finally:
-            if not self.is_horse:
-                with suppress(RedisError):
-                    delete_worker_record(self.connection, self.name)
-
-    def kill_horse(self, sig: signal.Signals = SHUTDOWN_SIGNAL) -> None:
-        pid = self.horse_pid
-        if pid and sig == SHUTDOWN_SIGNAL and not _exited(pid):
-            log.warning("worker %s: asking horse %s to stop its job first", self.name, pid)
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            deadline = time.monotonic() + self.horse_stop_timeout_s
-            while time.monotonic() < deadline and not _exited(pid):
-                time.sleep(0.1)
-        super().kill_horse(sig)
+            with suppress(RedisError):
+                delete_worker_record(self.connection, self.name)
 
 
 def preload() -> None:
-    """Import, in the worker, what every work horse needs, so a forked horse starts its job
-    at once instead of importing SQLAlchemy's dialects each time. Not torch: the horse never
-    needs it (the CUDA devices are asked about in a child process, `detect_cuda`), and a small
-    worker forks its horses quickly."""
+    """Import what supervising a job needs before the first job, which then starts as quickly
+    as the next. Not torch: the supervisor never needs it (the CUDA devices are asked about in
+    a child process, `detect_cuda`; ranks import it in their fork servers)."""
     import sqlalchemy.dialects.postgresql  # noqa: F401
     import sqlalchemy.dialects.sqlite  # noqa: F401
 
@@ -337,9 +325,12 @@ def run_worker(
     stopped = stop_orphans(settings.data_dir.resolve())
     if stopped:
         log.warning("killed processes %s left by attempts whose supervisor died", stopped)
-    with warm_servers(tasks.context.warm_pool(), settings, cuda.available):
-        gc.freeze()  # what it holds is never garbage: no collection walks it (nor its horses)
-        return work_until_stopped(worker, burst=burst, logging_level=logging_level)
+    # Forked before any thread: when the worker dies, it records the attempt that was running.
+    with watchdog(partial(tasks.lost_with_worker, worker.name, os.getpid())) as dog:
+        tasks.context.watchdog = dog
+        with warm_servers(tasks.context.warm_pool(), settings, cuda.available):
+            gc.freeze()  # what it holds by now is never garbage: no collection walks it
+            return work_until_stopped(worker, burst=burst, logging_level=logging_level)
 
 
 def make_worker(
@@ -363,7 +354,6 @@ def make_worker(
         worker_ttl=interval + 15,
         job_monitoring_interval=interval,
     )
-    worker.horse_stop_timeout_s = settings.cancel_grace_s + 20.0
     worker.heartbeat_interval_s = settings.heartbeat_interval_s
     worker.host = settings.worker_host
     worker.pool = pool

@@ -1,11 +1,8 @@
 """RQ entry points, kept thin: `service.executors.rq.RUN_JOB_TASK` names `run_job` here.
 
-The worker takes each attempt itself, just before RQ forks the work horse that runs it
-(`claim`, called by `worker.rq_worker.LaunchbayWorker`): its database connection is warm, a freshly
-forked horse's first transaction is not. The horse inherits what was taken and runs it.
-
-Everything the worker owns for this lives in one `worker.context.WorkerContext`, set up by
-`configure`; RQ calls `run_job` by name in the horse, which finds it here.
+Everything the worker owns for its attempts lives in one `worker.context.WorkerContext`, set up
+by `configure`; RQ calls `run_job` by name in the worker (`worker.rq_worker`), which finds it
+here.
 """
 
 import logging
@@ -14,18 +11,19 @@ import socket
 
 from redis.exceptions import RedisError
 from rq import get_current_job
-from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.states import AttemptRef, JobState
 from service.settings import Settings
 from service.worker_records import delete_worker_record
 from worker.attempt import AttemptResult, abandon, run_taken, take_attempt
+from worker.attempt_end import record_lost
 from worker.context import WorkerContext
+from worker.orphans import stop_orphans, wait_until_dead
 from worker.process_tree import shutdown_requested
 
 log = logging.getLogger(__name__)
 context = WorkerContext()
-# The RQ tasks (in this work horse) whose attempt failed: RQ's own "Successfully
+# The RQ tasks (of this worker's current one) whose attempt failed: RQ's own "Successfully
 # completed" and "Job OK" lines for them, which would say the job went well, are dropped.
 _failed_tasks: set[str] = set()
 
@@ -41,7 +39,7 @@ class FailedTaskFilter(logging.Filter):
 
 
 def configure(settings: Settings | None) -> None:
-    """A fresh context for the jobs this process (and the work horses it forks) will run."""
+    """A fresh context for the jobs this process will run."""
     global context
     context = WorkerContext(settings)
     rq_log = logging.getLogger("rq.worker")
@@ -67,68 +65,57 @@ def current_settings() -> Settings:
     return context.settings
 
 
-def spare_pools() -> None:
-    context.make_spare_pools()
-
-
-def claim(job_id: str, attempt: int, node: int | None, worker: str) -> None:
-    """Take the task's attempt (join it as `node`) now, in the worker, for the horse about to
-    be forked; a failure leaves it to the horse."""
-    ref = AttemptRef(job_id, attempt, node)
-    services = context.services()  # made now, for the horse
-    try:
-        taken = take_attempt(services, ref, worker_name=worker)
-    except SQLAlchemyError as exc:
-        log.warning("%s: not taken before the fork: %s", ref, exc)
-        return
-    context.claimed[ref] = taken
-
-
-def forget_claims() -> None:
-    """Drop what was taken for the horse (the worker's copy, once the horse has run)."""
-    context.claimed.clear()
-
-
 def worker_name() -> str:
-    """The RQ worker's name (host:pid) inside a work horse; else this process's host:pid."""
-    return os.environ.get("RQ_WORKER_ID") or f"{socket.gethostname()}:{os.getpid()}"
+    """The name of the RQ worker running this task (host:pid unless named); else this
+    process's host:pid."""
+    task = get_current_job()
+    return (task.worker_name if task is not None else None) or (
+        f"{socket.gethostname()}:{os.getpid()}"
+    )
 
 
 def run_job(job_id: str, attempt: int, node: int | None = None) -> None:
-    """Run one attempt of a Launchbay job (its node `node`, for a multi-node job) to its end
-    (`worker.attempt.take_attempt`, unless the worker took it before the fork, then
-    `run_taken`)."""
+    """Run one attempt of a Launchbay job (its node `node`, for a multi-node job) to its end:
+    take it (`worker.attempt.take_attempt`), then `run_taken`."""
+    _failed_tasks.clear()
     ref = AttemptRef(job_id, attempt, node)
-    if shutdown_requested() and ref not in context.claimed:
-        # The worker died as this horse started: leave the job queued for another worker
-        # (the reaper enqueues it again, its queue entry having ended).
-        log.warning("%s: the worker is gone; not started", ref)
+    if shutdown_requested():
+        # The worker is shutting down cold: leave the job queued for another worker (the
+        # reaper enqueues it again, its queue entry having ended).
+        log.warning("%s: the worker is shutting down; not started", ref)
         return
     services = context.services()
-    if ref in context.claimed:
-        taken = context.claimed.pop(ref)
-    else:
-        taken = take_attempt(services, ref, worker_name=worker_name())
+    taken = take_attempt(services, ref, worker_name=worker_name())
     if taken is None:
         return
     worker = taken.worker_name
-    if shutdown_requested():
-        # The worker died as this horse started: the attempt it took is lost.
-        forget_dead_worker(taken.worker_name)
-        abandon(services, taken)
-    else:
-        say_outcome(run_taken(services, taken, on_shutdown=lambda: forget_dead_worker(worker)))
+    with context.watchdog.watching(ref):
+        if shutdown_requested():
+            # The worker started shutting down cold as it took the attempt: it is lost.
+            forget_worker(worker)
+            abandon(services, taken)
+        else:
+            say_outcome(run_taken(services, taken, on_shutdown=lambda: forget_worker(worker)))
 
 
-def forget_dead_worker(worker: str) -> None:
-    """When this horse's worker died (killed: the kernel told the horse, its parent is gone),
-    remove its record, so that no dispatcher gives it the retry of the job it just lost
-    while the record lives on for its last TTL. A worker shutting down on request removes
-    its own."""
-    pid = worker.rpartition(":")[2]
-    if not pid.isdigit() or os.getppid() == int(pid):
-        return
+def lost_with_worker(worker: str, pid: int, ref: AttemptRef) -> None:
+    """In the watchdog of worker `worker` (process `pid`), which died running `ref`
+    (`worker.watchdog`): no record of the worker's left, nothing of the attempt's running,
+    the attempt recorded as lost."""
+    log.error("%s: worker %s died while the job ran", ref, worker)
+    forget_worker(worker)
+    wait_until_dead(pid)
+    stopped = stop_orphans(context.settings.data_dir.resolve())
+    if stopped:
+        log.warning("%s: killed processes %s left by worker %s", ref, stopped, worker)
+    record_lost(context.services(), ref, f"worker {worker} died while the job ran")
+
+
+def forget_worker(worker: str) -> None:
+    """When a worker shuts down cold (or dies) in the middle of an attempt, remove its record
+    first, so that no dispatcher gives it the retry of the job it just lost (the record would
+    live on until the worker's teardown, or its TTL)."""
     try:
         delete_worker_record(context.redis(), worker)
     except RedisError as exc:
-        log.warning("the record of worker %s, gone, stays until it expires: %s", worker, exc)
+        log.warning("the record of worker %s, going, stays until it expires: %s", worker, exc)

@@ -246,7 +246,7 @@ def warm_servers(pool: WarmPool | None, settings: Settings, cuda_available: bool
     try:
         yield
     finally:
-        if os.getpid() == pool.watch_pid:  # not in a work horse leaving
+        if os.getpid() == pool.watch_pid:  # not in a forked child leaving
             pool.close()
 
 

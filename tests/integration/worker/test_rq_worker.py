@@ -1,5 +1,6 @@
-"""The RQ entry point: a real worker takes the job off its queue (burst mode), and a worker's
-cold shutdown stops the running job's processes before its work horse dies."""
+"""The RQ entry point: a real worker takes the job off its queue (burst mode) and supervises it
+itself; its cold shutdown stops the running job's processes before it exits, and its death
+takes them with it."""
 
 import logging
 import os
@@ -7,7 +8,9 @@ import signal
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 from rq import Queue
 from rq.job import Job as RQJob
@@ -16,7 +19,7 @@ from rq.job import JobStatus
 from service.db import session_scope
 from service.executors.rq import enqueue_attempt, rq_job_id
 from service.models import Job
-from service.worker_records import worker_key
+from service.worker_records import read_worker_records, worker_key
 from tests.integration.worker.conftest import WorkerEnv
 from tests.support.procs import job_processes, start, stop, wait_until
 from worker import process_tree, tasks
@@ -43,10 +46,61 @@ def test_burst_worker_runs_a_queued_job(wenv: WorkerEnv) -> None:
     assert any(line.line.startswith("rank 0 restart") for line in wenv.logs(job_id))
     rq_queue = Queue(queue, connection=wenv.redis)
     assert rq_queue.count == 0
-    # RQ's bookkeeping, done by the worker before the fork, and the horse's at the end.
+    # RQ's bookkeeping of the task, from its start to its end.
     rq_job = RQJob.fetch(rq_job_id(job_id, 1), connection=wenv.redis)
     assert (rq_job.get_status(), rq_job.worker_name) == (JobStatus.FINISHED, name)
     assert rq_queue.started_job_registry.get_job_ids() == []
+
+
+def what_the_worker_holds(pid: int) -> dict[str, Any]:
+    """What an idle worker holds that an attempt could leave behind in it."""
+    tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    return {
+        "files": sorted(
+            os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")
+        ),
+        "threads": len(tids),
+        "policies": {os.sched_getscheduler(tid) for tid in tids},
+        "cwd": os.readlink(f"/proc/{pid}/cwd"),
+        "children": len(psutil.Process(pid).children()),
+    }
+
+
+def test_a_worker_is_left_as_it_was_by_the_attempts_it_supervised(
+    wenv: WorkerEnv, tmp_path: Path
+) -> None:
+    """The worker runs its attempts itself (no work horse): after each, it holds no more files
+    or threads than after the first, its threads are back to the normal CPU policy (a job's
+    launcher inherits it), and nothing the attempts started is its child."""
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    settings = wenv.settings
+    env = {
+        **os.environ,
+        "LAUNCHBAY_DATA_DIR": str(settings.data_dir),
+        "LAUNCHBAY_DATABASE_URL": str(settings.database_url),
+        "LAUNCHBAY_REDIS_URL": settings.redis_url,
+    }
+    code = f"from worker.rq_worker import run_worker; run_worker([{queue!r}])"
+    proc = start([sys.executable, "-c", code], env, tmp_path / "worker.log")
+
+    def run(script: str, **spec: Any) -> dict[str, Any]:
+        job_id = wenv.submit(script, queue=queue, nproc_per_node=1, **spec)
+        enqueue(wenv, job_id)
+        assert wait_until(lambda: wenv.job(job_id).state in ("succeeded", "failed"), 60)
+        assert wenv.job(job_id).exit_reason == "completed", (tmp_path / "worker.log").read_text()
+        idle = lambda: any(  # noqa: E731
+            r["pid"] == proc.pid and r["state"] == "idle" for r in read_worker_records(wenv.redis)
+        )
+        assert wait_until(idle, 10)
+        return what_the_worker_holds(proc.pid)
+
+    try:
+        first = run("checkpoints.py")
+        assert first["policies"] == {os.SCHED_OTHER}
+        after = [run("checkpoints.py"), run("flaky.py", max_restarts=1), run("ticker.py")]
+    finally:
+        stop(proc)
+    assert after == [first] * 3
 
 
 def test_cold_shutdown_stops_the_job_first(wenv: WorkerEnv, tmp_path: Path) -> None:
@@ -67,7 +121,7 @@ def test_cold_shutdown_stops_the_job_first(wenv: WorkerEnv, tmp_path: Path) -> N
     try:
         assert wait_until(lambda: len(job_processes(job_id)) >= 3, timeout=60)
         assert wait_until(lambda: wenv.job(job_id).state == "running", timeout=10)
-        # RQ's record of the running job, written by the worker before it forked the horse.
+        # RQ's record of the running task.
         rq_job = RQJob.fetch(rq_job_id(job_id, 1), connection=wenv.redis)
         assert rq_job.get_status() == JobStatus.STARTED
         assert rq_job.worker_name == wenv.job(job_id).worker
@@ -89,7 +143,12 @@ def test_cold_shutdown_stops_the_job_first(wenv: WorkerEnv, tmp_path: Path) -> N
     assert not job_processes(job_id)
 
 
-def test_a_horse_whose_worker_is_sigkilled_stops_its_job(wenv: WorkerEnv, tmp_path: Path) -> None:
+def test_a_sigkilled_worker_s_job_is_stopped_and_recorded_lost_by_its_watchdog(
+    wenv: WorkerEnv, tmp_path: Path
+) -> None:
+    """No process of the worker's supervises the job any more: the kernel stops the job's
+    processes (`worker.lifeline`), and the watchdog the worker forked as it started records the
+    attempt as lost at once (not when the reaper finds its heartbeat stale), then exits."""
     queue = f"test-{uuid.uuid4().hex[:8]}"
     job_id = wenv.submit("sleeper.py", queue=queue, max_retries=1, args=["--events-every", "0.2"])
     enqueue(wenv, job_id)
@@ -104,8 +163,17 @@ def test_a_horse_whose_worker_is_sigkilled_stops_its_job(wenv: WorkerEnv, tmp_pa
     code = f"from worker.rq_worker import run_worker; run_worker([{queue!r}])"
     proc = start([sys.executable, "-c", code], env, tmp_path / "worker.log")
     try:
-        assert wait_until(lambda: wenv.job(job_id).state == "running", timeout=60)
-        os.kill(proc.pid, signal.SIGKILL)  # the worker only: its horse is left to the kernel
+        assert wait_until(lambda: len(job_processes(job_id)) >= 3, timeout=60)
+        assert wait_until(lambda: wenv.job(job_id).state == "running", timeout=10)
+        name = wenv.job(job_id).worker
+        assert name is not None and wenv.redis.exists(worker_key(name))
+        [watchdog] = [
+            child
+            for child in psutil.Process(proc.pid).children()
+            if os.getsid(child.pid) == child.pid  # its session's own (fork servers' too)
+            and "warm_server.py" not in " ".join(child.cmdline())
+        ]
+        os.kill(proc.pid, signal.SIGKILL)  # the worker only
         retried = wait_until(lambda: wenv.job(job_id).attempt == 2, timeout=20)
     finally:
         stop(proc)
@@ -113,27 +181,40 @@ def test_a_horse_whose_worker_is_sigkilled_stops_its_job(wenv: WorkerEnv, tmp_pa
     assert retried, log
     job = wenv.job(job_id)
     assert (job.state, job.attempt) == ("queued", 2), log
-    assert job.message is not None and "ended with worker_lost" in job.message
+    assert job.message is not None and "ended with worker_lost" in job.message, job.message
+    assert f"worker {name} died while the job ran" in job.message
+    assert not wenv.redis.exists(worker_key(name))  # no retry is admitted onto it
     assert wait_until(lambda: not job_processes(job_id), timeout=10)
+    assert wait_until(lambda: not watchdog.is_running(), timeout=10)
 
 
-def test_an_attempt_taken_for_a_horse_of_a_worker_shutting_down_is_lost(wenv: WorkerEnv) -> None:
-    """The worker takes the attempt before it forks; a horse that then finds its worker
-    shutting down records the attempt as lost instead of leaving it `starting`."""
+def test_an_attempt_taken_as_the_worker_shuts_down_cold_is_lost(
+    wenv: WorkerEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold shutdown that comes as the worker takes the attempt: the attempt is recorded as
+    lost instead of being left `starting`; one that comes before leaves the job queued."""
     job_id = wenv.submit("sleeper.py", max_retries=0)
+    taken = tasks.take_attempt
+
+    def taken_then_shut_down(*args: Any, **kwargs: Any) -> Any:
+        result = taken(*args, **kwargs)
+        process_tree.request_shutdown()
+        return result
+
     tasks.configure(wenv.settings)
     try:
-        tasks.claim(job_id, 1, None, "test-worker:1")
-        assert (wenv.job(job_id).state, wenv.job(job_id).worker) == ("starting", "test-worker:1")
         process_tree.request_shutdown()
+        tasks.run_job(job_id, 1)
+        assert (wenv.job(job_id).state, wenv.job(job_id).worker) == ("queued", None)
+        process_tree._shutdown.clear()
+        monkeypatch.setattr(tasks, "take_attempt", taken_then_shut_down)
         tasks.run_job(job_id, 1)
     finally:
         process_tree._shutdown.clear()
-        tasks.forget_claims()
         tasks.configure(None)
     job = wenv.job(job_id)
     assert (job.state, job.exit_reason) == ("failed", "worker_lost")
-    assert job.message == "worker test-worker:1 shut down before the job started"
+    assert job.message == f"worker {tasks.worker_name()} shut down before the job started"
     assert not job_processes(job_id)
 
 

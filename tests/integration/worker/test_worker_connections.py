@@ -11,8 +11,8 @@ from sqlalchemy import text
 from service.db import make_engine, upgrade_database
 
 # Worker contexts between jobs (one per worker process): each took an attempt (a session on
-# its engine) and made the next horse's pool, as `worker.rq_worker` does after each job; beside
-# them, an engine made as the API makes its own, for comparison. Then they wait.
+# its engine), as `worker.rq_worker` does for each job; beside them, an engine made as the API
+# makes its own, for comparison. Then they wait.
 IDLE_WORKERS = """
 import sys
 from service import records
@@ -29,8 +29,6 @@ engines.append(make_engine(url + "?application_name=lb-pooled"))
 for engine in engines:
     with session_scope(engine) as session:
         records.read_job_state(session, "no-such-job", 1)
-for context in contexts:
-    context.make_spare_pools()
 print("idle", flush=True)
 sys.stdin.read()
 """

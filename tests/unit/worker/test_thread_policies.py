@@ -1,7 +1,7 @@
 """The worker's own threads never pre-empt a rank yet cannot be starved: the checkpoint upload
 (and what it starts) runs in SCHED_BATCH at nice 10, the heartbeat in SCHED_BATCH, and once the
-ranks run every thread of the supervisor in SCHED_BATCH (docs/benchmarks.md, P1). Nothing here
-is timed."""
+ranks run every thread of the supervisor in SCHED_BATCH (docs/benchmarks.md, P1), until the
+attempt is over. Nothing here is timed."""
 
 import os
 import sys
@@ -12,7 +12,7 @@ import pytest
 
 from service.artifacts import LocalStore
 from worker.checkpoint_upload import CheckpointUploader
-from worker.cpu_policy import yield_cpu_to_ranks
+from worker.cpu_policy import back_to_normal, yield_cpu_to_ranks
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux scheduling policies")
 
@@ -77,8 +77,12 @@ def test_yielding_puts_every_thread_in_batches_and_those_started_later() -> None
         assert result["child"] == os.SCHED_BATCH  # threads it starts later inherit it
         assert {ids["supervisor"], ids["other"]} <= set(result["changed"])  # type: ignore[arg-type]
         assert policy_of(ids["other"]) == os.SCHED_BATCH
+        # The attempt over, the worker's threads (this one too) go back to normal, so that the
+        # next job's launcher, which inherits its starter's policy, does not run in batches.
+        assert set(back_to_normal()) >= {ids["other"], threading.get_native_id()}
+        assert policy_of(ids["other"]) == os.SCHED_OTHER
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER
     finally:
         done.set()
         waiting.join(30)
-        # Every thread of the process was changed, this one too; going back is allowed.
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
