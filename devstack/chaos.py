@@ -155,7 +155,7 @@ class Chaos:
             self._stop.wait(1)
 
     def kill_worker(self) -> bool:
-        """SIGKILL a worker and its work horse (its session), then start another."""
+        """SIGKILL a worker (its session), then start another."""
         live = [w for w in self.stack.workers if w.poll() is None]
         if not live:
             return False
