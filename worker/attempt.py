@@ -92,8 +92,7 @@ def take_attempt(
     services: AttemptServices, ref: AttemptRef, *, worker_name: str
 ) -> TakenAttempt | None:
     """Take the attempt (queued → starting), or join it as its node; None, having changed
-    nothing, when it is not to be run. The worker does this before it forks the work horse
-    that runs the attempt (`worker.rq_worker`), with its own warm database connection."""
+    nothing, when it is not to be run."""
     settings = services.settings
     now = utcnow()
     seat: NodeSeat | None = None
@@ -339,6 +338,7 @@ def _prepare(
         pool_size=settings.job_users,
         lease_dir=settings.job_user_lease_dir,
         prefix=settings.job_user_prefix,
+        multi_node=ref.node is not None,
     )
     if job_user is not None:
         builds = build_cache.env(paths.home_dir, spec.env)

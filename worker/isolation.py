@@ -218,14 +218,19 @@ def _pool_lock(lease_dir: Path) -> Iterator[None]:
 
 
 def lease_job_user(
-    lease_dir: Path, pool_size: int, job_id: str, prefix: str = JOB_USER_PREFIX
+    lease_dir: Path,
+    pool_size: int,
+    job_id: str,
+    prefix: str = JOB_USER_PREFIX,
+    *,
+    shared: bool = True,
 ) -> JobUser | None:
-    """The job user this job's other nodes here hold, if any, else one no job holds; None when
-    the pool (users `prefix`0...) is exhausted."""
+    """The job user this job's other nodes here hold, if any (with `shared`: a node of a
+    multi-node job), else one no job holds; None when the pool (users `prefix`0...) is
+    exhausted."""
     with _pool_lock(lease_dir):
-        return _share_lease(lease_dir, pool_size, job_id, prefix) or _fresh_lease(
-            lease_dir, pool_size, job_id, prefix
-        )
+        found = _share_lease(lease_dir, pool_size, job_id, prefix) if shared else None
+        return found or _fresh_lease(lease_dir, pool_size, job_id, prefix)
 
 
 def _share_lease(lease_dir: Path, pool_size: int, job_id: str, prefix: str) -> JobUser | None:
@@ -301,10 +306,17 @@ def check_reachable(data_dir: Path) -> str | None:
 
 
 def isolate_attempt(
-    paths: RunPaths, job_id: str, *, pool_size: int, lease_dir: Path, prefix: str = JOB_USER_PREFIX
+    paths: RunPaths,
+    job_id: str,
+    *,
+    pool_size: int,
+    lease_dir: Path,
+    prefix: str = JOB_USER_PREFIX,
+    multi_node: bool = False,
 ) -> JobUser | None:
-    """Lease a job user and give it the attempt's directories; None where the worker cannot
-    switch users. Raises `LaunchProblem` when it should and cannot."""
+    """Lease a job user (the one this job's other nodes here hold, for a `multi_node` job) and
+    give it the attempt's directories; None where the worker cannot switch users. Raises
+    `LaunchProblem` when it should and cannot."""
     from worker.prepare import LaunchProblem
 
     if not can_switch_users():
@@ -312,7 +324,8 @@ def isolate_attempt(
     problem = check_reachable(paths.data_dir)
     if problem is not None:
         raise LaunchProblem(f"the job's user cannot reach the data dir: {problem}")
-    user = lease_job_user(lease_dir, pool_size, job_id, prefix)
+    # A single-node job has no node to share a user with: no look at every lease of the pool.
+    user = lease_job_user(lease_dir, pool_size, job_id, prefix, shared=multi_node)
     if user is None:
         raise LaunchProblem(f"all {pool_size} job users of this worker's host are in use")
     user.paths = paths

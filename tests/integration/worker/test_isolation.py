@@ -74,13 +74,16 @@ def test_no_two_jobs_share_a_job_user_at_once(wenv: WorkerEnv) -> None:
     first = lease_job_user(lease_dir, pool, "job-a", prefix)
     other = lease_job_user(lease_dir, pool, "job-b", prefix)
     node = lease_job_user(lease_dir, pool, "job-a", prefix)  # another node of job-a on this host
-    assert first is not None and other is not None and node is not None
+    # Not a node: a single-node attempt of job-a (its retry, say) never shares a user.
+    alone = lease_job_user(lease_dir, pool, "job-a", prefix, shared=False)
+    assert first is not None and other is not None and node is not None and alone is not None
     try:
         assert first.uid != other.uid
         assert node.uid == first.uid
-        assert {first.uid, other.uid}.isdisjoint({0, os.getuid()})
+        assert alone.uid not in (first.uid, other.uid)
+        assert {first.uid, other.uid, alone.uid}.isdisjoint({0, os.getuid()})
     finally:
-        for user in (node, other, first):
+        for user in (alone, node, other, first):
             user.release()
 
 
