@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sqlalchemy.engine import Connection
+
 from jobs.contract import env as rank_env
 from jobs.spec import JobSpec
 from jobs.states import AttemptRef, ExitReason, JobState
@@ -118,10 +120,11 @@ def take_attempt(
                 endpoint=f"{host}:{free_port('')}",
             )
             job = None if seat is None else TakenJob(seat.spec, seat.owner)
+        # On the session's connection, once the attempt is taken (and committed).
+        reserved = None if job is None else reserved_for(session.connection(), ref)
     if job is None:
         log.info("%s: not to be run any more; skipped", ref)
         return None
-    reserved = reserved_for(services, ref)
     if seat is None or ref.node is None:
         return TakenAttempt(
             ref, worker_name, job.owner, job.spec, None, reserved, job.launcher_given
@@ -136,10 +139,9 @@ def take_attempt(
     return TakenAttempt(ref, worker_name, job.owner, job.spec, rendezvous, reserved)
 
 
-def reserved_for(services: AttemptServices, ref: AttemptRef) -> tuple[str, ...] | None:
+def reserved_for(connection: Connection, ref: AttemptRef) -> tuple[str, ...] | None:
     """The devices the dispatcher reserved for this node of the attempt, if it did."""
-    with services.engine.connect() as connection:
-        found = reservations_of(connection, ref.job_id, ref.attempt)
+    found = reservations_of(connection, ref.job_id, ref.attempt)
     node = ref.node or 0
     return next((r.devices for r in found if r.node == node), None)
 

@@ -140,7 +140,6 @@ class LaunchbayWorker(SimpleWorker):
         self.current = current_job(job.args) if job.func_name == RUN_JOB_TASK else None
         try:
             execution = self.prepare_execution(job)
-            self.save_record()  # its current job
             with self.heartbeats(job, execution):
                 self.perform_job(job, queue, execution)
             self.set_state(WorkerStatus.IDLE)
@@ -157,11 +156,15 @@ class LaunchbayWorker(SimpleWorker):
 
     @contextmanager
     def heartbeats(self, job: RQJob, execution: Execution) -> Iterator[None]:
-        """RQ's heartbeats and the worker's record, kept by a thread while `job` runs here."""
+        """RQ's heartbeats and the worker's record (its current job at once, off the job's way
+        to its launch), kept by a thread while `job` runs here."""
         done = threading.Event()
 
         def beat() -> None:
+            self.save_record()
             while not done.wait(self.heartbeat_interval_s):
+                if shutdown_requested():
+                    return  # shutting down cold: its record is gone (`tasks.forget_worker`)
                 try:
                     self.maintain_heartbeats(job, execution)
                     self.save_record()
