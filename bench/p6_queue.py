@@ -4,11 +4,12 @@ enqueue → perform of a no-op on the same Redis.
 Launchbay: the clock is read before the POST; the launcher's start is the birth time of the
 attempt's `logs/launcher.log`, which `worker.process_tree.start_launcher` creates right before
 it forks torchrun (statx birth time, ns resolution, same clock). The job's `started_at` (the
-horse taking the job) splits the delay into queue and preparation.
+worker taking the job) splits the delay into queue and preparation.
 
-Bare RQ: a plain `rq worker` process (forking, like Launchbay's) on its own queue;
-`Queue.enqueue("time.time")` runs the no-op whose return value is the clock read inside the
-work horse (a builtin: the horse imports nothing to run it).
+Bare RQ: a plain `rq worker` process (RQ's default, which forks a work horse per job;
+Launchbay's worker forks none) on its own queue; `Queue.enqueue("time.time")` runs the no-op
+whose return value is the clock read inside the work horse (a builtin: the horse imports
+nothing to run it).
 
 Rounds alternate, one job at a time, each worker idle before its job; the first round of
 each is a warm-up and dropped. Medians.
@@ -64,8 +65,8 @@ class LaunchbayRound:
     """Seconds from the moment before the POST to each step of the way."""
 
     answered: float  # the POST's answer
-    rq_started: float  # RQ's work horse starting to perform the task (RQ's own started_at)
-    started: float  # the job's started_at: take_attempt took it (the worker, before the fork)
+    rq_started: float  # the worker starting to perform the task (RQ's own started_at)
+    started: float  # the job's started_at: the worker's take_attempt took it
     launched: float  # launcher.log created, right before torchrun is forked
 
 
@@ -132,11 +133,11 @@ def run(rounds: int = 11, settle_s: float = 0.5) -> list[Result]:
             "POST /v1/jobs → worker starts the launcher ÷ bare RQ enqueue → perform (no-op)",
             f"{ratio:.1f}× ({1000 * launch:.0f} ms vs {1000 * median(bare):.0f} ms, medians of "
             f"{len(bare)}, bare range {1000 * min(bare):.0f}–{1000 * max(bare):.0f} ms; "
-            f"Launchbay after the POST: answered {ms('answered')}, RQ horse performing "
+            f"Launchbay after the POST: answered {ms('answered')}, RQ task performing "
             f"{ms('rq_started')}, job started_at {ms('started')}, launcher {ms('launched')})",
             "≤ 2×",
             ratio <= 2,
-            "launcher start = launcher.log birth time; both forking RQ workers, one Redis, "
-            "idle workers, one job at a time",
+            "launcher start = launcher.log birth time; bare: RQ's default (forking) worker; "
+            "one Redis, idle workers, one job at a time",
         )
     ]

@@ -92,8 +92,8 @@ def throughput_result(root: Path, simulated_redis_url: str, real_redis_url: str)
         "dispatcher alone is measured, woken as in the API; a real job runs `print('ok')` "
         "from uploaded code on `--slots 1` workers: warm, the default launcher once the "
         "workers' fork servers are up; cold, `launcher: python`; CPU: user and system time "
-        "of each process, its reaped children with it (workers: their horses; fork servers: "
-        "their launchers and ranks), and of the machine",
+        "of each process, its reaped children with it (fork servers: their launchers and "
+        "ranks), and of the machine",
     )
 
 

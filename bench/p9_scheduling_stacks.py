@@ -63,8 +63,8 @@ def wait_for_workers(http: httpx.Client, count: int, timeout: float = 120) -> No
 @dataclass(frozen=True)
 class Throughput:
     per_s: float  # jobs reaching `running` per second
-    # CPU seconds a job, by process: "api", "workers" (with their horses, reaped), "fork
-    # servers" (with their launchers and ranks, reaped) and "machine" (all of it).
+    # CPU seconds a job, by process: "api", "workers", "fork servers" (with their launchers
+    # and ranks, reaped) and "machine" (all of it).
     cpu_per_job: dict[str, float]
 
 
