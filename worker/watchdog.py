@@ -100,9 +100,11 @@ def watchdog(on_death: Callable[[AttemptRef], None]) -> Iterator[Watchdog]:
         finally:
             os._exit(code)  # nothing of the worker's (its atexit, its RQ teardown) runs here
     os.close(read_fd)
+    dog = Watchdog(write_fd)
     try:
-        yield Watchdog(write_fd)
+        yield dog
     finally:
+        dog.write_fd = None  # told nothing more: its file number may be another file's soon
         os.close(write_fd)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
