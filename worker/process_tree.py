@@ -351,8 +351,10 @@ def stop_job_processes(
     tree.poll()
     if tree.returncode() is None:
         _kill(tree.pid, signal.SIGTERM, group=True)
+    elif not (live := tree.find_live()):  # it left nothing: no grace (a look reads all of /proc)
+        return tree.cgroup.kill_all() if tree.cgroup is not None else []
     else:
-        for pid in tree.find_live():
+        for pid in live:
             _kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while True:
