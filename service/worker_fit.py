@@ -25,14 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
-from redis import Redis
-from redis.exceptions import RedisError
 
 from jobs.spec import JobSpec
 from service.errors import Unprocessable
 from service.records.job_warnings import merge_warnings
 from service.schemas import WorkerRecord
-from service.worker_records import stored_worker_records
 
 log = logging.getLogger("launchbay.api")
 
@@ -50,11 +47,12 @@ class LiveWorkers:
     unknown: int = 0
 
 
-def read_live_workers(redis: Redis, queue: str) -> LiveWorkers:
-    """The records of the live workers that serve `queue`; a damaged record counts as unknown
+def read_live_workers(stored: Sequence[bytes | str], queue: str) -> LiveWorkers:
+    """The records of the live workers that serve `queue`, from the `stored` records
+    (`service.worker_records.stored_worker_records`); a damaged record counts as unknown
     unless it plainly names its queues and `queue` is not among them."""
     found = LiveWorkers()
-    for raw in stored_worker_records(redis):
+    for raw in stored:
         try:
             record = json.loads(raw)
         except ValueError:
@@ -128,12 +126,9 @@ def fit_warnings(spec: JobSpec, live: LiveWorkers) -> list[str]:
     ]
 
 
-def check_worker_fit(redis: Redis, spec: JobSpec) -> list[str]:
-    """`fit_warnings` of the queue's live workers (bounded as a job's warnings are); none when
-    Redis does not answer."""
-    try:
-        live = read_live_workers(redis, spec.queue)
-    except RedisError as exc:
-        log.warning("workers unknown at submission (Redis: %s); the job is accepted", exc)
+def check_worker_fit(stored: Sequence[bytes | str] | None, spec: JobSpec) -> list[str]:
+    """`fit_warnings` of the queue's live workers (bounded as a job's warnings are), from the
+    `stored` records; none when Redis did not answer (`stored` None)."""
+    if stored is None:
         return []
-    return merge_warnings([], fit_warnings(spec, live))
+    return merge_warnings([], fit_warnings(spec, read_live_workers(stored, spec.queue)))

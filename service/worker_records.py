@@ -8,6 +8,7 @@ counters `service.policy.RATE_KEY` and `service.code_usage.UPLOAD_RATE_KEY`; the
 are named by Launchbay and keyed by RQ."""
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import ValidationError
@@ -49,8 +50,12 @@ def stored_worker_records(redis: Redis) -> list[bytes | str]:
 
 def read_worker_records(redis: Redis) -> list[dict[str, Any]]:
     """The records of every worker whose heartbeat has not expired, by name, as stored."""
+    return _objects(stored_worker_records(redis))
+
+
+def _objects(stored: Iterable[bytes | str]) -> list[dict[str, Any]]:
     records = []
-    for raw in stored_worker_records(redis):
+    for raw in stored:
         try:
             record = json.loads(raw)
         except ValueError:
@@ -62,8 +67,13 @@ def read_worker_records(redis: Redis) -> list[dict[str, Any]]:
 
 def load_worker_records(redis: Redis) -> list[WorkerRecord]:
     """`read_worker_records`, typed; a record of another version, or damaged, is skipped."""
+    return typed_worker_records(stored_worker_records(redis))
+
+
+def typed_worker_records(stored: Iterable[bytes | str]) -> list[WorkerRecord]:
+    """The records `stored_worker_records` read, typed (as `load_worker_records`)."""
     records = []
-    for raw in read_worker_records(redis):
+    for raw in _objects(stored):
         try:
             records.append(WorkerRecord.model_validate(raw))
         except ValidationError:

@@ -7,6 +7,8 @@ import shutil
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
+from redis import Redis
+from redis.exceptions import RedisError
 from sqlalchemy.exc import IntegrityError
 
 from jobs.spec import JobSpec
@@ -33,6 +35,7 @@ from service.routes.job_filters import JobFiltersDep
 from service.scheduling.submission import check_schedulable
 from service.schemas import JobPublic, JobsPublic
 from service.worker_fit import check_worker_fit
+from service.worker_records import stored_worker_records
 
 log = logging.getLogger("launchbay.api")
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -62,7 +65,8 @@ def submit_job(
     idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
 ) -> JobPublic:
     spec = policy.apply_submission_policy(spec, principal, settings)
-    check_schedulable(session, redis, spec, principal, settings)
+    workers = _stored_worker_records(redis)  # read once for the two checks below
+    check_schedulable(session, workers, spec, principal, settings)
     if spec.code is not None:
         owner = None if principal.is_admin else principal.name
         code_store.check_code_ref(session, settings.code_dir, spec.code, owner=owner)
@@ -72,7 +76,7 @@ def submit_job(
         if existing is not None:
             return _replay(existing, request_hash, response)
     # After the replay: a retry with its key is never refused for the rate or the workers.
-    warnings = check_worker_fit(redis, spec)
+    warnings = check_worker_fit(workers, spec)
     quota.check_disk_quota(session, principal, settings)
     policy.check_submission_rate(redis, principal.name, settings.submissions_per_minute)
     try:
@@ -95,6 +99,16 @@ def submit_job(
     _enqueue(executor, job)
     log.info("job %s submitted by %s to queue %s", job.id, principal.name, job.queue)
     return JobPublic.model_validate(job)
+
+
+def _stored_worker_records(redis: Redis) -> list[bytes | str] | None:
+    """The live workers' records, unread; None when Redis does not answer (the job is then
+    accepted without the checks that need them, and the executor says so)."""
+    try:
+        return stored_worker_records(redis)
+    except RedisError as exc:
+        log.warning("workers unknown at submission (Redis: %s)", exc)
+        return None
 
 
 def _enqueue(executor: ExecutorDep, job: Job) -> None:

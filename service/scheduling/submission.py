@@ -3,24 +3,30 @@ non-admin), and a job that could never fit: more devices than the
 owner's quota allows at once, or more than the live workers of its queue have."""
 
 import logging
+from collections.abc import Sequence
 
-from redis import Redis
-from redis.exceptions import RedisError
 from sqlmodel import Session
 
 from jobs.spec import JobSpec
 from service.auth import Principal
 from service.errors import Unprocessable
-from service.scheduling.capacity import live_capacity
+from service.scheduling.capacity import capacity_of
 from service.scheduling.policies import load_policies
 from service.settings import Settings
+from service.worker_records import typed_worker_records
 
 log = logging.getLogger("launchbay.api")
 
 
 def check_schedulable(
-    session: Session, redis: Redis, spec: JobSpec, principal: Principal, settings: Settings
+    session: Session,
+    stored: Sequence[bytes | str] | None,
+    spec: JobSpec,
+    principal: Principal,
+    settings: Settings,
 ) -> None:
+    """Raises `Unprocessable` for what the scheduler refuses; `stored`: the workers' records as
+    `service.worker_records.stored_worker_records` read them (None: Redis did not answer)."""
     policies = load_policies(session.connection())
     if not principal.is_admin:
         highest = policies.max_priority_of(principal.name, settings.max_user_priority)
@@ -40,11 +46,9 @@ def check_schedulable(
             code="never_fits",
             detail={"devices": devices, "max_devices": quota},
         )
-    try:
-        workers = [w for w in live_capacity(redis) if spec.queue in w.queues]  # pools
-    except RedisError as exc:
-        log.warning("workers unknown at submission (Redis: %s); the job is queued", exc)
-        return
+    if stored is None:
+        return  # workers unknown: the job is queued
+    workers = [w for w in capacity_of(typed_worker_records(stored)) if spec.queue in w.queues]
     # No worker on the queue yet: it may come; the job waits with a reason.
     fitting = [w for w in workers if len(w.devices) >= spec.nproc_per_node]
     if workers and len(fitting) < spec.nnodes:
