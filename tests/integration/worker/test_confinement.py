@@ -148,3 +148,41 @@ def test_a_confined_jobs_processes_are_recorded_from_its_cgroup(
         monkeypatch.undo()
         assert process_tree.stop_job_processes(tree, 1.0) == []
         cgroup.remove()
+
+
+def test_a_job_cgroup_is_removed_with_no_page_cache_left_to_keep_it_dying(tmp_path: Path) -> None:
+    """A memory cgroup removed while the cache of a file its job wrote is still charged to it
+    would live on in the kernel (docs/benchmarks.md): what little is left is reclaimed first."""
+    import os
+    import sys
+
+    from worker import process_tree
+    from worker.cgroups import JobCgroup, release_pages
+    from worker.launch import LaunchPlan
+
+    cgroup = JobCgroup.create(f"test-pages-{uuid.uuid4().hex[:8]}")
+    assert cgroup is not None
+    [memory] = [d for d in cgroup.dirs if (d / "memory.stat").exists()]
+
+    def cached() -> int:
+        stat = dict(line.split() for line in (memory / "memory.stat").read_text().splitlines())
+        return int(stat["cache"] if "cache" in stat else stat["file"])
+
+    written = tmp_path / "written.bin"
+    program = (
+        f"import os; f = open({str(written)!r}, 'wb'); f.write(os.urandom(256 * 1024)); "
+        "f.flush(); os.fsync(f.fileno())"
+    )
+    plan = LaunchPlan(argv=[sys.executable, "-c", program], env=dict(os.environ), cwd=tmp_path)
+    tree = process_tree.start_launcher(plan, tmp_path / "launcher.log", None, cgroup)
+    try:
+        assert wait_until(lambda: tree.returncode() is not None, timeout=30)
+        assert tree.returncode() == 0
+        assert process_tree.stop_job_processes(tree, 1.0) == []
+        assert cached() >= 256 * 1024  # the file's pages, charged to the job's cgroup
+        assert release_pages(memory)
+        assert cached() == 0
+        assert written.stat().st_size == 256 * 1024  # the file itself is untouched
+    finally:
+        cgroup.remove()
+    assert not memory.exists()
