@@ -7,8 +7,7 @@ it can write: cgroup v2 (one unified tree, as on most production hosts) or cgrou
 it before it runs anything (`lifeline.py` waits until it is in), and every process it starts is
 born inside. The limits are the cgroup's: ``memory.max`` / ``memory.limit_in_bytes`` (the
 spec's `memory_limit_bytes`) and ``pids.max`` (tasks, threads included). At every attempt end
-whatever is left in the cgroup is SIGKILLed and the cgroup removed, the little page cache still
-charged to it reclaimed first (`release_pages`).
+whatever is left in the cgroup is SIGKILLed and the cgroup removed.
 
 Where no hierarchy is writable (a worker not root, an unprivileged container), there is no
 cgroup: limits are not enforced, processes are found as before (`worker.process_tree`), and the
@@ -101,37 +100,6 @@ def describe_support() -> str | None:
                 "process limits are NOT enforced"
             )
     return None
-
-
-# A memory cgroup removed with pages still charged to it (the cache of files its job wrote, a
-# few pages of the file system's own) lives on in the kernel, dying, until they are reclaimed,
-# and the kernel's memory accounting walks every one: a thousand of them, left by a day of
-# short jobs, made each job cost a sixth more CPU here (docs/benchmarks.md). Up to this much is
-# reclaimed before the removal; more (a cold job that was first to read torch's libraries,
-# which the next job would read again) is left to the kernel.
-RECLAIM_MAX_BYTES = 16 << 20
-
-
-def release_pages(directory: Path) -> bool:
-    """Reclaim the page cache still charged to an empty memory cgroup, when there is little
-    (`RECLAIM_MAX_BYTES`), so that removing it frees it; whether it was asked to. Cgroup v1's
-    ``memory.force_empty``, v2's ``memory.reclaim``."""
-    try:
-        stat = dict(line.split() for line in (directory / "memory.stat").read_text().splitlines())
-        cached = int(stat["cache"] if "cache" in stat else stat["file"])
-    except (OSError, ValueError, KeyError):
-        return False  # not a memory cgroup, or not one that says
-    if not 0 < cached <= RECLAIM_MAX_BYTES:
-        return False
-    v1 = (directory / "memory.force_empty").exists()
-    try:
-        if v1:
-            (directory / "memory.force_empty").write_text("0")
-        else:
-            (directory / "memory.reclaim").write_text(str(cached))
-    except OSError as exc:  # v2 answers EAGAIN when it reclaimed less than asked
-        log.debug("cgroup %s: pages not all reclaimed: %s", directory, exc)
-    return True
 
 
 def cgroup_name(job_id: str, attempt: int, node: int | None = None) -> str:
@@ -258,7 +226,6 @@ class JobCgroup:
     def remove(self) -> None:
         """Remove the (empty) cgroup; a cgroup that still holds a process stays."""
         for directory in self.dirs:
-            release_pages(directory)
             for _ in range(50):
                 try:
                     directory.rmdir()

@@ -130,19 +130,3 @@ def test_a_v2_job_cgroup_is_removed(unified: Path) -> None:
         os.unlink(job_dir / name)
     group.remove()
     assert not job_dir.exists()
-
-
-def test_little_page_cache_is_reclaimed_before_removal_and_much_is_left(tmp_path: Path) -> None:
-    """v2's `memory.reclaim` (v1's `memory.force_empty`: tests/integration/worker/
-    test_confinement.py) is asked for what is cached, up to `RECLAIM_MAX_BYTES`."""
-    small, large, none = (make_cgroup(tmp_path / name) for name in ("small", "large", "none"))
-    for directory, cached in ((small, 40960), (large, cgroups.RECLAIM_MAX_BYTES + 1), (none, 0)):
-        (directory / "memory.stat").write_text(f"anon 0\nfile {cached}\nshmem 0\n")
-        (directory / "memory.reclaim").write_text("")
-    assert cgroups.release_pages(small)
-    assert (small / "memory.reclaim").read_text() == "40960"
-    assert not cgroups.release_pages(large)  # a cold job's torch libraries, say: left cached
-    assert not cgroups.release_pages(none)
-    assert (large / "memory.reclaim").read_text() == (none / "memory.reclaim").read_text() == ""
-    # Not a memory cgroup (v1's pids hierarchy): nothing to do.
-    assert not cgroups.release_pages(make_cgroup(tmp_path / "pids-only"))
