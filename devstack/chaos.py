@@ -130,6 +130,13 @@ class Chaos:
         self._stop.set()
         self._thread.join()
 
+    def wait_for_every_kind(self, timeout_s: float) -> bool:
+        """Wait until each kind of fault was injected once; whether it was."""
+        deadline = time.monotonic() + timeout_s
+        while set(self.done) < set(self.plan.faults) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return set(self.done) >= set(self.plan.faults)
+
     def _loop(self) -> None:
         while not self._stop.wait(self.random.uniform(*self.plan.fault_every_s)):
             self._inject()
@@ -246,6 +253,8 @@ def run_soak(
         submitter.start()
         time.sleep(plan.duration_s)
         stop.set()
+        if plan.cycle:  # every kind once at least, however long the restarts took meanwhile
+            chaos.wait_for_every_kind(timeout_s=plan.duration_s)
     submitter.join(120)
     report = SoakReport(jobs=len(ids), faults=chaos.done)
     with stack.client() as http:
