@@ -186,8 +186,9 @@ def test_uploads_are_rate_limited_per_owner(
     answers = [upload(api, alice, "t.py", script(100 + i)) for i in range(3 * PER_MINUTE)]
     accepted = [a for a in answers if a.status_code == 201]
     limited = [a for a in answers if a.status_code == 429]
-    # Fixed one-minute windows: a burst that straddles a boundary gets one more window.
-    assert len(accepted) in (PER_MINUTE, 2 * PER_MINUTE)
+    # Fixed one-minute windows: a burst that straddles a boundary gets one more window, of
+    # which it may use only part (the boundary came late in the burst: fewer uploads were left).
+    assert PER_MINUTE <= len(accepted) <= 2 * PER_MINUTE
     assert len(accepted) + len(limited) == len(answers)
     for answer in limited:
         error = assert_error_body(answer, 429, "rate_limited")
