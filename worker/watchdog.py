@@ -69,13 +69,15 @@ def parse_attempt(line: str) -> AttemptRef | None:
 
 
 def last_attempt(read_fd: int) -> AttemptRef | None:
-    """Read the pipe to its end; the attempt its last line names."""
-    buffered = b""
+    """Read the pipe to its end; the attempt its last line names. Only that line is kept: the
+    pipe carries two lines a job for the worker's whole life."""
+    last, pending = b"", b""
     with os.fdopen(read_fd, "rb", buffering=0) as pipe:
         while chunk := pipe.read(4096):
-            buffered += chunk
-    lines = buffered.decode(errors="replace").splitlines()
-    return parse_attempt(lines[-1]) if lines else None
+            *lines, pending = (pending + chunk).split(b"\n")
+            if lines:
+                last = lines[-1]
+    return parse_attempt((pending or last).decode(errors="replace"))
 
 
 @contextmanager
