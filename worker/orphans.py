@@ -35,6 +35,7 @@ from worker.cgroups import JobCgroup, cgroup_name
 from worker.isolation import can_switch_users
 from worker.job_dirs import take_back_directories
 from worker.launch import NODE_ENV, RunPaths
+from worker.process_table import proc_stat
 
 log = logging.getLogger(__name__)
 
@@ -100,15 +101,11 @@ def _alive(pid: int, create_time: float) -> bool:
 def wait_until_dead(pid: int, timeout_s: float = 5.0) -> bool:
     """Wait for process `pid` to be gone or a zombie; whether it is."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
+    while proc_stat(pid) is not None:  # None: gone, or a zombie
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.01)
+    return True
 
 
 def _recorded(pids_file: Path) -> dict[int, float]:
