@@ -116,7 +116,6 @@ class ProcessTree:
         """Record the ranks a warm launcher said it forked, before a scan could miss the short
         ones (only children of the launcher: the launcher runs as the job user)."""
         announced = [p for p in getattr(self.popen, "announced", ()) if p not in self._announced]
-        self._announced.update(announced)  # each once: one gone already is not looked for again
         # A rank that ended is still the launcher's child until it is told (`recorded`).
         found = [
             proc_stat(pid, zombie=True)
@@ -129,10 +128,14 @@ class ProcessTree:
             if launcher is not None:
                 procs.append(launcher)
         self._record(procs)
+        # Each once (one gone already is not looked for again), but a rank not yet in its own
+        # session is looked for at the next call, and the launcher told only then.
+        pending = {proc.pid for proc in procs if proc.pid not in self.records}
+        self._announced.update(set(announced) - pending)
         if announced:
             self._save()
         recorded = getattr(self.popen, "recorded", None)
-        if recorded is not None:
+        if recorded is not None and not pending:
             recorded()  # the launcher may reap them now
 
     def _record(self, procs: list[Proc]) -> None:
@@ -143,12 +146,14 @@ class ProcessTree:
 
     def _record_of(self, proc: Proc) -> ProcessRecord | None:
         """The record of `proc`; None while it is in a session or group of ours (a warm
-        launcher before its `setsid`: recorded at a later poll, in its own)."""
+        launcher before its `setsid`), or a warm rank still in its launcher's: recorded at a
+        later poll, in its own."""
         try:
             pgid, sid = os.getpgid(proc.pid), os.getsid(proc.pid)
         except (ProcessLookupError, PermissionError):
             return None
-        if {pgid, sid} & self._own_groups:
+        becoming_rank = proc.ppid == sid == self.pid and hasattr(self.popen, "announced")
+        if {pgid, sid} & self._own_groups or becoming_rank:
             return None
         return ProcessRecord(proc.pid, proc.create_time, pgid, sid, proc.name)
 
@@ -330,13 +335,8 @@ def _send_env(fd: int, env: dict[str, str]) -> None:
 
 
 def _kill(pid: int, sig: signal.Signals, group: bool = False) -> None:
-    try:
-        if group:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    with suppress(ProcessLookupError, PermissionError):
+        (os.killpg if group else os.kill)(pid, sig)
 
 
 def stop_job_processes(

@@ -85,7 +85,8 @@ class AnnouncingLauncher:
 def test_only_the_launchers_own_children_are_recorded_from_its_word() -> None:
     bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
     launcher = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess, time; subprocess.Popen(['sleep', '60']); "
+        [sys.executable, "-c", "import subprocess, time; "
+         "subprocess.Popen(['sleep', '60'], start_new_session=True); "
          "time.sleep(60)"],
         start_new_session=True,
     )  # fmt: skip
@@ -104,6 +105,45 @@ def test_only_the_launchers_own_children_are_recorded_from_its_word() -> None:
         for proc in (bystander, launcher):
             proc.kill()
             proc.wait()
+
+
+RANK_BEFORE_SETSID = textwrap.dedent(
+    """
+    import os, time
+    pid = os.fork()
+    if pid == 0:  # the rank: in the launcher's session until it leaves it
+        time.sleep(0.8)
+        os.setsid()
+        time.sleep(60)
+    print(pid, flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_a_warm_rank_is_recorded_in_its_own_session_not_its_launchers() -> None:
+    """A warm rank calls `setsid` once forked; a poll that sees it before that leaves it for a
+    later one, or its record would name the launcher's session as the rank's."""
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", RANK_BEFORE_SETSID], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert launcher.stdout is not None
+        rank = int(launcher.stdout.readline())
+        told: list[int] = []
+        announcing = AnnouncingLauncher(launcher, [rank])
+        announcing.recorded = lambda: told.append(rank)  # type: ignore[attr-defined]
+        tree = ProcessTree(announcing)
+        assert launcher.pid in tree.records and rank not in tree.records
+        assert told == [], "told to reap a rank not recorded"
+        assert wait_until(lambda: os.getsid(rank) == rank, timeout=10)
+        tree.poll()
+        assert (tree.records[rank].sid, tree.records[rank].pgid) == (rank, rank)
+        assert told == [rank]
+        assert stop_job_processes(tree, grace_s=1.0) == []
+    finally:
+        launcher.kill()
+        launcher.wait()
 
 
 def test_a_warm_launchers_malformed_lines_are_ignored() -> None:
