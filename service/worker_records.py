@@ -24,12 +24,40 @@ def worker_key(name: str) -> str:
     return f"{KEY_PREFIX}:worker:{name}"
 
 
-WORKER_KEY_PATTERN = worker_key("*")
+# The names of the workers that saved a record, so that reading them all is one round trip,
+# not a SCAN of the keyspace (thousands of RQ keys on a busy install); and a count of the
+# workers that came and went, which tells the dispatcher when to read them again.
+NAMES_KEY = f"{KEY_PREFIX}:workers"
+GENERATION_KEY = f"{KEY_PREFIX}:workers:generation"
+
+# Every named worker's record, by name; the names whose record expired are forgotten (and
+# counted as gone).
+_READ_ALL = """
+local names = redis.call('SMEMBERS', KEYS[1])
+table.sort(names)
+local found, gone = {}, 0
+for _, name in ipairs(names) do
+  local record = redis.call('GET', ARGV[1] .. name)
+  if record then
+    found[#found + 1] = record
+  else
+    redis.call('SREM', KEYS[1], name)
+    gone = gone + 1
+  end
+end
+if gone > 0 then redis.call('INCR', KEYS[2]) end
+return found
+"""
 
 
 def save_worker_record(redis: Redis, name: str, record: dict[str, Any], ttl_s: float) -> None:
     """A worker's heartbeat: its record (JSON), kept for `ttl_s` unless refreshed."""
-    redis.set(worker_key(name), json.dumps(record), px=max(1, int(ttl_s * 1000)))
+    with redis.pipeline(transaction=False) as pipe:
+        pipe.set(worker_key(name), json.dumps(record), px=max(1, int(ttl_s * 1000)))
+        pipe.sadd(NAMES_KEY, name)
+        _, added = pipe.execute()
+    if added:
+        redis.incr(GENERATION_KEY)
 
 
 def save_worker(redis: Redis, record: WorkerRecord, ttl_s: float) -> None:
@@ -38,14 +66,21 @@ def save_worker(redis: Redis, record: WorkerRecord, ttl_s: float) -> None:
 
 
 def delete_worker_record(redis: Redis, name: str) -> None:
-    redis.delete(worker_key(name))
+    with redis.pipeline(transaction=False) as pipe:
+        pipe.delete(worker_key(name))
+        pipe.srem(NAMES_KEY, name)
+        pipe.incr(GENERATION_KEY)
+        pipe.execute()
+
+
+def workers_generation(redis: Redis) -> int:
+    """A count that changes whenever a worker saves its first record or its record goes."""
+    return int(redis.get(GENERATION_KEY) or 0)
 
 
 def stored_worker_records(redis: Redis) -> list[bytes | str]:
     """The stored record of every worker whose heartbeat has not expired, by name, unread."""
-    keys = sorted(redis.scan_iter(match=WORKER_KEY_PATTERN, count=500))
-    # None: expired between the scan and the read.
-    return [raw for raw in (redis.mget(keys) if keys else []) if raw is not None]
+    return list(redis.eval(_READ_ALL, 2, NAMES_KEY, GENERATION_KEY, worker_key("")))
 
 
 def read_worker_records(redis: Redis) -> list[dict[str, Any]]:

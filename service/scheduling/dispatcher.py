@@ -69,17 +69,18 @@ from service.scheduling.planner import OwnerUsage, Plan, QueuedJob, WorkerCapaci
 from service.scheduling.policies import Policies, load_policies
 from service.scheduling.preemption import preemption_message
 from service.scheduling.reservations import (
-    ReservedJob,
     load_reserved_jobs,
     lost_admissions,
+    released_spans,
     stale_reservations,
     unfinished_node_workers,
     without_lanes,
 )
 from service.scheduling.unjoined_nodes import UnjoinedNodes, unjoined_lost_nodes
-from service.scheduling.usage import HeldSpan, decayed_seconds, period_seconds, usage_since
+from service.scheduling.usage import add_spans, usage_since
 from service.scheduling.waiting import Shown, load_queue, waiting_changes
 from service.settings import Settings
+from service.worker_records import workers_generation
 
 log = logging.getLogger("launchbay.dispatcher")
 
@@ -106,8 +107,8 @@ class Dispatcher:
     # What each waiting job shows, as this dispatcher last wrote it; None: read it (after a
     # takeover another may have written since).
     shown: Shown | None = None
-    # (monotonic time read, the live workers then): `_capacity`.
-    capacity: tuple[float, list[WorkerCapacity]] | None = None
+    # (monotonic time read, `workers_generation` then, the live workers then): `_capacity`.
+    capacity: tuple[float, int, list[WorkerCapacity]] | None = None
     # (monotonic time read, owners' recent usage, policies): `_read`.
     history: tuple[float, dict[str, OwnerUsage], Policies, datetime] | None = None
     # Monotonic time of the last positions written (`_show`), and whether the coming pass
@@ -220,8 +221,8 @@ class Dispatcher:
                 else w
                 for w in waiting
             ]
-            # Read again a pass interval on; in between, what the attempts that ended add to it
-            # (`_add_ended`). Held devices are counted from the reservations below.
+            # Read again a pass interval on; in between, what the attempts that ended add to it.
+            # Held devices are counted from the reservations below.
             history = self.history
             if history is None or time.monotonic() - history[0] >= settings.dispatch_interval_s:
                 usage = usage_since(
@@ -229,8 +230,14 @@ class Dispatcher:
                 )
                 policies = load_policies(connection)
                 history = self.history = (time.monotonic(), usage, policies, now)
-            else:
-                self._add_ended(history[1], history[3], stale, jobs, now)
+            else:  # the owner who just ran comes after the one who did not
+                add_spans(
+                    history[1],
+                    released_spans(stale, jobs, since=history[3], now=now),
+                    now=now.timestamp(),
+                    half_life_s=settings.fair_share_half_life_s,
+                    period_s=settings.quota_period_s,
+                )
         _, past, policies, _ = history
         # Recent usage and policies as read at most a pass interval ago; held devices now.
         usage = {owner: OwnerUsage(0, u.decayed_s, u.period_s) for owner, u in past.items()}
@@ -238,46 +245,27 @@ class Dispatcher:
             usage.setdefault(r.owner, OwnerUsage()).held_devices += len(r.devices)
         return Snapshot(workers, jobs, stale, lost, held, waiting, usage, policies, unjoined)
 
-    def _add_ended(
-        self,
-        usage: dict[str, OwnerUsage],
-        read_at: datetime,
-        ended: Sequence[ActiveReservation],
-        jobs: dict[str, ReservedJob],
-        now: datetime,
-    ) -> None:
-        """Add to `usage` (read at `read_at`, which counted each held span up to then) what
-        the reservations released this pass held since: the owner who just ran comes after
-        the one who did not, without reading every span again."""
-        settings = self.settings
-        for r in ended:
-            job = jobs.get(r.job_id)
-            end = job.finished_at if job is not None and job.attempt == r.attempt else None
-            end = min(end or now, now)
-            start = max(r.admitted_at or read_at, read_at)
-            if end <= start:
-                continue
-            span = HeldSpan(r.owner, r.job_id, len(r.devices), start.timestamp(), end.timestamp())
-            owner = usage.setdefault(r.owner, OwnerUsage())
-            owner.decayed_s += decayed_seconds(
-                span, now.timestamp(), settings.fair_share_half_life_s
-            )
-            owner.period_s += period_seconds(
-                span, now.timestamp() - settings.quota_period_s, now.timestamp()
-            )
-
     def _capacity(self) -> list[WorkerCapacity]:
-        """The live workers, read at most once per `dispatch_interval_s`, or
-        `WOKEN_CAPACITY_AGE_S` for a woken pass: passes woken one after another (jobs ending
-        and submitted by the hundred) do not each list them again from Redis. A worker gone
-        since is caught by its reservation's release (`reservations.stale_reservations`)."""
-        now = time.monotonic()
-        age = WOKEN_CAPACITY_AGE_S if self.woken else self.settings.dispatch_interval_s
-        if self.capacity is None or now - self.capacity[0] >= age:
-            settings = self.settings  # well before its jobs are called lost (see live_capacity)
-            silent_for_s = max(2 * settings.heartbeat_interval_s, settings.reaper_lost_after_s / 2)
-            self.capacity = (now, live_capacity(self.redis, silent_for_s=silent_for_s))
-        return self.capacity[1]
+        """The live workers, read at most once per `dispatch_interval_s`; sooner for a woken
+        pass if workers came or went since (`workers_generation`), but not within
+        `WOKEN_CAPACITY_AGE_S`: passes woken one after another (jobs ending and submitted by
+        the hundred) do not each list them again from Redis. A worker gone since is caught by
+        its reservation's release (`reservations.stale_reservations`)."""
+        now, settings = time.monotonic(), self.settings
+        if self.capacity is not None:
+            read_at, generation, workers = self.capacity
+            age = now - read_at
+            if age < WOKEN_CAPACITY_AGE_S or (
+                age < settings.dispatch_interval_s
+                and (not self.woken or workers_generation(self.redis) == generation)
+            ):
+                return workers
+        generation = workers_generation(self.redis)  # before: a change after is seen next pass
+        # Well before its jobs are called lost (see live_capacity).
+        silent_for_s = max(2 * settings.heartbeat_interval_s, settings.reaper_lost_after_s / 2)
+        workers = live_capacity(self.redis, silent_for_s=silent_for_s)
+        self.capacity = (now, generation, workers)
+        return workers
 
     def _preempt(self, connection: Connection, plan: Plan) -> list[str]:
         """Ask each victim to stop through its `cancelling` state (with its state event), and
@@ -300,9 +288,11 @@ class Dispatcher:
     def _hand_over(self, admitted: Sequence[Admitted]) -> None:
         handed: list[Handed] = []
         for queued, spec, places in admitted:
+            # Every default factory given: pydantic reads a factory's signature at each call.
             job = Job.model_construct(
-                id=queued.id, attempt=queued.attempt, spec=spec, queue=queued.queue
-            )
+                id=queued.id, attempt=queued.attempt, spec=spec, queue=queued.queue,
+                created_at=utcnow(), warnings=[], latest_metrics={},
+            )  # fmt: skip
             reservations = [
                 ActiveReservation(
                     queued.id, queued.attempt, p.node, queued.owner, p.worker, p.devices

@@ -14,6 +14,7 @@ from jobs.states import JobState
 from service.models import Job, JobNode, JobReservation
 from service.scheduling.capacity import ActiveReservation
 from service.scheduling.planner import RunningJob, WorkerCapacity
+from service.scheduling.usage import HeldSpan
 
 _job = Job.__table__  # type: ignore[attr-defined]
 _reservation = JobReservation.__table__  # type: ignore[attr-defined]
@@ -28,6 +29,28 @@ class ReservedJob:
     priority: int
     finished_at: datetime | None
     message: str | None
+
+
+def released_spans(
+    released: Sequence[ActiveReservation],
+    jobs: dict[str, ReservedJob],
+    *,
+    since: datetime,
+    now: datetime,
+) -> list[HeldSpan]:
+    """What the reservations `released` now held since `since` (to their job's end, where
+    it ended): usage read at `since` counted each held span up to then."""
+    spans = []
+    for r in released:
+        job = jobs.get(r.job_id)
+        end = job.finished_at if job is not None and job.attempt == r.attempt else None
+        end = min(end or now, now)
+        start = max(r.admitted_at or since, since)
+        if end > start:
+            spans.append(
+                HeldSpan(r.owner, r.job_id, len(r.devices), start.timestamp(), end.timestamp())
+            )
+    return spans
 
 
 def load_reserved_jobs(

@@ -62,13 +62,28 @@ def owner_usage(
 ) -> dict[str, OwnerUsage]:
     """Each owner's held devices, decayed usage and usage in the quota period."""
     usage: dict[str, OwnerUsage] = {}
-    for span in spans:
-        owner = usage.setdefault(span.owner, OwnerUsage())
+    for span in add_spans(usage, spans, now=now, half_life_s=half_life_s, period_s=period_s):
         if span.end is None:
-            owner.held_devices += span.devices
+            usage[span.owner].held_devices += span.devices
+    return usage
+
+
+def add_spans(
+    usage: dict[str, OwnerUsage],
+    spans: Iterable[HeldSpan],
+    *,
+    now: float,
+    half_life_s: float,
+    period_s: float,
+) -> list[HeldSpan]:
+    """Add to each owner's decayed usage and usage in the quota period what `spans` held;
+    returns the spans."""
+    added = list(spans)
+    for span in added:
+        owner = usage.setdefault(span.owner, OwnerUsage())
         owner.decayed_s += decayed_seconds(span, now, half_life_s)
         owner.period_s += period_seconds(span, now - period_s, now)
-    return usage
+    return added
 
 
 def usage_since(

@@ -12,7 +12,7 @@ from redis import Redis
 from service.models import utcnow
 from service.schemas import WorkerRecord
 from service.settings import Settings
-from service.worker_records import save_worker, worker_key
+from service.worker_records import NAMES_KEY, save_worker, worker_key
 from tests.integration.test_api_jobs import assert_error_body
 
 JOB = {"name": "fit", "recipe": "synthetic", "device": "cpu", "nproc_per_node": 1}
@@ -87,6 +87,12 @@ def test_a_job_some_live_workers_could_not_run_is_accepted_with_a_warning(
     assert submitted(api, device="auto", nproc_per_node=2)["warnings"] == []
 
 
+def save_damaged(redis: Redis, raw: bytes) -> None:
+    """A record no worker would write, where workers save theirs."""
+    redis.set(worker_key("damaged"), raw, ex=60)
+    redis.sadd(NAMES_KEY, "damaged")
+
+
 @pytest.mark.parametrize(
     "damaged",
     [
@@ -104,7 +110,7 @@ def test_damaged_worker_records_never_make_a_submission_fail(
     """Records are written by workers: one that cannot be read may be a worker of the queue
     that could run the job, so the job is accepted, with a warning, not refused."""
     redis = Redis.from_url(settings.redis_url)
-    redis.set(worker_key("damaged"), damaged, ex=60)
+    save_damaged(redis, damaged)
     assert submitted(api, nproc_per_node=3)["warnings"] == []  # no readable worker: as before
     live_worker(redis, "cpu-pair", ["cpu:0", "cpu:1"], ("default",))
     job = submitted(api, nproc_per_node=3)
@@ -114,7 +120,7 @@ def test_damaged_worker_records_never_make_a_submission_fail(
         "slot(s) for nproc_per_node: 3), and 1 worker record(s) could not be read"
     )
     # A damaged record that says it serves other queues only is no worker of this one.
-    redis.set(worker_key("damaged"), b'{"name": "y", "queues": ["other"], "pid": "x"}', ex=60)
+    save_damaged(redis, b'{"name": "y", "queues": ["other"], "pid": "x"}')
     assert_error_body(api.post("/v1/jobs", json={**JOB, "nproc_per_node": 3}), 422, "never_fits")
 
 
