@@ -120,7 +120,12 @@ def serve_simulated(database_url: str, redis_url: str, names: list[str]) -> None
     redis = Redis.from_url(redis_url)
     keys = [f"rq:queue:{dispatch_queue_name(n)}" for n in names]
     table = Job.__table__  # type: ignore[attr-defined]
+    beat_at = 0.0
     while True:
+        if time.monotonic() - beat_at > 2:  # their heartbeats: the dispatcher skips silent ones
+            for name in names:
+                register_worker(redis, name, 1, ttl_s=3600)
+            beat_at = time.monotonic()
         popped = redis.blpop(keys, timeout=5)
         if popped is None:
             return  # nothing for 5 s: the benchmark is over
@@ -168,11 +173,16 @@ def simulated_throughput(
     admitted, passes = 0, []
     simulated = subprocess.Popen([*serve, *names])
     try:
-        started = time.perf_counter()
+        started = last = time.perf_counter()
         while admitted < jobs - workers:
             began = time.perf_counter()
-            admitted += len(dispatcher.run_pass(lease).admitted)
+            now_admitted = len(dispatcher.run_pass(lease).admitted)
             passes.append(time.perf_counter() - began)
+            admitted += now_admitted
+            if now_admitted:
+                last = began
+            elif began - last > 30:
+                raise RuntimeError(f"nothing admitted for 30 s, {admitted} of {jobs} so far")
             dispatcher.wait_for_wake(settings.dispatch_interval_s)
         took = time.perf_counter() - started
     finally:
