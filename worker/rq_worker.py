@@ -78,6 +78,8 @@ from worker.watchdog import watchdog
 log = logging.getLogger(__name__)
 # How long a work loop RQ gave up (Redis away) waits before it starts again.
 RESTART_DELAY_S = 2.0
+# How long after a task starts the worker's record first says so (`heartbeats`).
+RECORD_BUSY_AFTER_S = 0.05
 
 
 def default_worker_name() -> str:
@@ -156,11 +158,14 @@ class LaunchbayWorker(SimpleWorker):
 
     @contextmanager
     def heartbeats(self, job: RQJob, execution: Execution) -> Iterator[None]:
-        """RQ's heartbeats and the worker's record (its current job at once, off the job's way
-        to its launch), kept by a thread while `job` runs here."""
+        """RQ's heartbeats and the worker's record, kept by a thread while `job` runs here: its
+        current job once the attempt has had `RECORD_BUSY_AFTER_S` to start (written at once,
+        it took ~1 ms of the CPU the attempt's take and launch need)."""
         done = threading.Event()
 
         def beat() -> None:
+            if done.wait(RECORD_BUSY_AFTER_S):
+                return  # over already: `execute_job` saves the record after it
             self.save_record()
             while not done.wait(self.heartbeat_interval_s):
                 if shutdown_requested():
