@@ -232,26 +232,29 @@ def run_torchrun(
         f"--nproc_per_node={nproc_per_node}",
         *args,
     ]
-    process = subprocess.Popen(
-        command,
-        cwd=cwd,
-        env=_child_env(env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_tree(process.pid)
-        output, _ = process.communicate()
-        raise TimeoutError(
-            f"torchrun still running after {timeout_s:.0f}s:\n{output[-4000:]}"
-        ) from None
-    finally:
-        if process.poll() is None:  # interrupted: take the ranks down too
+    # torchrun's log directory and the ranks' temporary files in one removed after the run,
+    # not left in the host's /tmp.
+    with tempfile.TemporaryDirectory(prefix="launchbay-torchrun-") as scratch:
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env={**_child_env(env), "TMPDIR": (env or {}).get("TMPDIR", scratch)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            output, _ = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
             _kill_tree(process.pid)
+            output, _ = process.communicate()
+            raise TimeoutError(
+                f"torchrun still running after {timeout_s:.0f}s:\n{output[-4000:]}"
+            ) from None
+        finally:
+            if process.poll() is None:  # interrupted: take the ranks down too
+                _kill_tree(process.pid)
     return subprocess.CompletedProcess(command, process.returncode, output, None)
 
 

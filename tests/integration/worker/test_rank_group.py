@@ -4,6 +4,7 @@ torch and gloo, for programs that never import Launchbay: however they take
 the program when the note cannot be written."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,11 @@ def run_rank(tmp_path: Path, program: str) -> tuple[subprocess.CompletedProcess[
     logs = tmp_path / "logs"
     argv = [sys.executable, "-I", "-u", str(RANK_ENTRY), "--log-dir", str(logs)]
     done = subprocess.run(
-        [*argv, "--script", str(script)], capture_output=True, text=True, timeout=120
+        [*argv, "--script", str(script)],
+        env={**os.environ, "TMPDIR": str(tmp_path)},  # its temporary files: the test's
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     return done, logs
 

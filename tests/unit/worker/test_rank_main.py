@@ -74,7 +74,8 @@ def run_rank(tmp_path: Path, program: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-I", "-u", str(RANK_MAIN), "--log-dir", str(tmp_path)]
     return subprocess.run(
         [*argv, "--script", str(script)],
-        env={**env, "RANK": "1", "TORCHELASTIC_RESTART_COUNT": "2"},
+        # Its temporary files in the test's directory, not the host's.
+        env={**env, "RANK": "1", "TORCHELASTIC_RESTART_COUNT": "2", "TMPDIR": str(tmp_path)},
         capture_output=True,
         text=True,
         timeout=120,
