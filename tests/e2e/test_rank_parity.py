@@ -83,6 +83,7 @@ def run_bare(out: Path, workdir: Path) -> list[dict[str, Any]]:
         "--standalone",
         "--nproc_per_node=2",
         f"--master_port={free_port()}",
+        f"--log-dir={workdir / 'torchelastic'}",  # else a directory left in the host's /tmp
         str(PROBE),
     ]
     with open(workdir / "torchrun.log", "wb") as log:
