@@ -252,15 +252,19 @@ class Dispatcher:
         the hundred) do not each list them again from Redis. A worker gone since is caught by
         its reservation's release (`reservations.stale_reservations`)."""
         now, settings = time.monotonic(), self.settings
+        generation = None
         if self.capacity is not None:
-            read_at, generation, workers = self.capacity
+            read_at, known, workers = self.capacity
             age = now - read_at
-            if age < WOKEN_CAPACITY_AGE_S or (
-                age < settings.dispatch_interval_s
-                and (not self.woken or workers_generation(self.redis) == generation)
-            ):
+            recent = age < settings.dispatch_interval_s
+            if age < WOKEN_CAPACITY_AGE_S or (recent and not self.woken):
                 return workers
-        generation = workers_generation(self.redis)  # before: a change after is seen next pass
+            if recent:
+                generation = workers_generation(self.redis)
+                if generation == known:
+                    return workers
+        if generation is None:  # read before the workers: a change after is seen next pass
+            generation = workers_generation(self.redis)
         # Well before its jobs are called lost (see live_capacity).
         silent_for_s = max(2 * settings.heartbeat_interval_s, settings.reaper_lost_after_s / 2)
         workers = live_capacity(self.redis, silent_for_s=silent_for_s)
