@@ -62,7 +62,9 @@ def owner_usage(
 ) -> dict[str, OwnerUsage]:
     """Each owner's held devices, decayed usage and usage in the quota period."""
     usage: dict[str, OwnerUsage] = {}
-    for span in add_spans(usage, spans, now=now, half_life_s=half_life_s, period_s=period_s):
+    spans = list(spans)
+    add_spans(usage, spans, now=now, half_life_s=half_life_s, period_s=period_s)
+    for span in spans:
         if span.end is None:
             usage[span.owner].held_devices += span.devices
     return usage
@@ -75,15 +77,12 @@ def add_spans(
     now: float,
     half_life_s: float,
     period_s: float,
-) -> list[HeldSpan]:
-    """Add to each owner's decayed usage and usage in the quota period what `spans` held;
-    returns the spans."""
-    added = list(spans)
-    for span in added:
+) -> None:
+    """Add to each owner's decayed usage and usage in the quota period what `spans` held."""
+    for span in spans:
         owner = usage.setdefault(span.owner, OwnerUsage())
         owner.decayed_s += decayed_seconds(span, now, half_life_s)
         owner.period_s += period_seconds(span, now - period_s, now)
-    return added
 
 
 def usage_since(
