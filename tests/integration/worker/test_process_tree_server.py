@@ -18,19 +18,26 @@ from worker.process_table import proc_stat
 from worker.process_tree import ProcessTree, stop_job_processes
 from worker.warm_start import MAX_ANNOUNCED, MAX_ANSWERS, WarmProcess
 
-SERVER = textwrap.dedent(
-    """
-    import os, time
-    pid = os.fork()
-    if pid == 0:  # the launcher: in the server's session until it leaves it
-        time.sleep(0.8)
-        os.setsid()
-        time.sleep(0.2)
-        os._exit(0)
-    print(pid, flush=True)
-    time.sleep(60)
-    """
-)
+
+def forks_a_late_leaver(then: str) -> str:
+    """A program that forks a child, prints its PID and waits: the child stays in its parent's
+    session for 0.8 s, calls `setsid`, then runs `then` (a statement)."""
+    return textwrap.dedent(
+        f"""
+        import os, time
+        pid = os.fork()
+        if pid == 0:  # in its parent's session until it leaves it
+            time.sleep(0.8)
+            os.setsid()
+            {then}
+        print(pid, flush=True)
+        time.sleep(60)
+        """
+    )
+
+
+# A fork server, and the warm launcher it forked, which ends soon after its `setsid`.
+SERVER = forks_a_late_leaver("time.sleep(0.2); os._exit(0)")
 
 
 class ForkedLauncher:
@@ -107,18 +114,8 @@ def test_only_the_launchers_own_children_are_recorded_from_its_word() -> None:
             proc.wait()
 
 
-RANK_BEFORE_SETSID = textwrap.dedent(
-    """
-    import os, time
-    pid = os.fork()
-    if pid == 0:  # the rank: in the launcher's session until it leaves it
-        time.sleep(0.8)
-        os.setsid()
-        time.sleep(60)
-    print(pid, flush=True)
-    time.sleep(60)
-    """
-)
+# A warm launcher, and the rank it forked, which runs on after its `setsid`.
+RANK_BEFORE_SETSID = forks_a_late_leaver("time.sleep(60)")
 
 
 def test_a_warm_rank_is_recorded_in_its_own_session_not_its_launchers() -> None:
